@@ -1,0 +1,1 @@
+"""The project's HTTP app, mounted by LangGraph Server through ``http.app``."""

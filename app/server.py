@@ -1,0 +1,14 @@
+"""ASGI app served beside the LangGraph API (``langgraph.json`` ``http.app``).
+
+Routes live in ``app/routes/``; each module exposes ``routes``.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+
+from app.routes import health
+
+__all__ = ["app"]
+
+app = Starlette(routes=[*health.routes])

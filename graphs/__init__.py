@@ -1,0 +1,1 @@
+"""Graph factories registered in ``langgraph.json``."""

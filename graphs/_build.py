@@ -1,0 +1,67 @@
+"""Shared agent construction for the lead agent and subagent factories."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.graph.state import CompiledStateGraph
+
+from middlewares.chain import (
+    ChainInputs,
+    build_middlewares,
+    build_subagent_runtime_middlewares,
+)
+from runtime.config import Settings
+from runtime.models import create_chat_model, resolve_model_name
+from runtime.run_options import resolve_run_options
+from runtime.state import ThreadState
+from tools.registry import load_tools
+
+__all__ = ["build_agent"]
+
+
+def build_agent(
+    settings: Settings,
+    config: RunnableConfig | None,
+    *,
+    kind: Literal["lead_agent", "subagent"],
+    system_prompt: str,
+    tools: Sequence[BaseTool] | None = None,
+    custom_middlewares: Sequence[AgentMiddleware[Any, Any]] = (),
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Build the agent for one run and stamp what it resolved into run metadata."""
+    options = resolve_run_options(config)
+    resolved = resolve_model_name(settings, options.model_name)
+    effective = options.effective(subagents_default=settings.subagents.enabled)
+    thinking = bool(effective["thinking_enabled"]) and resolved.entry.supports_thinking
+    model = create_chat_model(resolved.entry, thinking_enabled=thinking)
+    inputs = ChainInputs(
+        settings=settings, options=options, model=resolved.entry, effective=effective
+    )
+    if kind == "lead_agent":
+        middleware = build_middlewares(inputs, custom_middlewares=custom_middlewares)
+    else:
+        middleware = [*build_subagent_runtime_middlewares(inputs), *custom_middlewares]
+    agent_tools = list(tools) if tools is not None else load_tools(settings)
+    graph = create_agent(
+        model,
+        agent_tools,
+        system_prompt=system_prompt,
+        middleware=middleware,
+        state_schema=ThreadState,
+        name=kind,
+    )
+    metadata: dict[str, Any] = {
+        "agent_name": options.agent_name or kind,
+        "model_name": resolved.name,
+        **effective,
+        "thinking_enabled": thinking,
+    }
+    if resolved.warning:
+        metadata["model_warning"] = resolved.warning
+    return graph.with_config({"metadata": metadata})

@@ -1,0 +1,26 @@
+"""The ``lead_agent`` graph: a factory the server calls with each run's config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+
+from graphs._build import build_agent
+from graphs.prompts import LEAD_SYSTEM_PROMPT
+from runtime.config import Settings, aget_settings
+
+__all__ = ["build_lead_agent", "make_lead_agent"]
+
+
+def build_lead_agent(
+    settings: Settings, config: RunnableConfig | None = None
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Synchronous builder (no I/O), for tests and embedding."""
+    return build_agent(settings, config, kind="lead_agent", system_prompt=LEAD_SYSTEM_PROMPT)
+
+
+async def make_lead_agent(config: RunnableConfig) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Registered in ``langgraph.json``; settings load off the event loop once."""
+    return build_lead_agent(await aget_settings(), config)

@@ -1,0 +1,13 @@
+"""The ordered middleware chain (one module per middleware) and its assembly."""
+
+from middlewares.chain import (
+    build_lead_runtime_middlewares,
+    build_middlewares,
+    build_subagent_runtime_middlewares,
+)
+
+__all__ = [
+    "build_lead_runtime_middlewares",
+    "build_middlewares",
+    "build_subagent_runtime_middlewares",
+]

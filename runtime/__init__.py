@@ -1,0 +1,1 @@
+"""Process-wide runtime pieces: configuration, models, paths and state."""

@@ -1,0 +1,58 @@
+"""Where a user's thread data lives, and the virtual paths the agent sees.
+
+Layout: ``<data root>/users/{user_id}/threads/{thread_id}/user-data/{workspace,uploads,outputs}``.
+Ids must already be safe (``auth.identity.make_safe_user_id`` / ``safe_thread_id``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "VIRTUAL_OUTPUTS",
+    "VIRTUAL_SKILLS",
+    "VIRTUAL_UPLOADS",
+    "VIRTUAL_USER_DATA",
+    "VIRTUAL_WORKSPACE",
+    "ThreadPaths",
+    "thread_paths",
+]
+
+VIRTUAL_USER_DATA = "/mnt/user-data"
+VIRTUAL_WORKSPACE = f"{VIRTUAL_USER_DATA}/workspace"
+VIRTUAL_UPLOADS = f"{VIRTUAL_USER_DATA}/uploads"
+VIRTUAL_OUTPUTS = f"{VIRTUAL_USER_DATA}/outputs"
+VIRTUAL_SKILLS = "/mnt/skills"
+
+
+@dataclass(frozen=True)
+class ThreadPaths:
+    """Host directories of one (user, thread). Pure: creates nothing."""
+
+    user_id: str
+    thread_id: str
+    user_data: Path
+
+    @property
+    def workspace(self) -> Path:
+        return self.user_data / "workspace"
+
+    @property
+    def uploads(self) -> Path:
+        return self.user_data / "uploads"
+
+    @property
+    def outputs(self) -> Path:
+        return self.user_data / "outputs"
+
+    def all_dirs(self) -> tuple[Path, Path, Path]:
+        return (self.workspace, self.uploads, self.outputs)
+
+
+def thread_paths(data_root: Path, user_id: str, thread_id: str) -> ThreadPaths:
+    for label, value in (("user_id", user_id), ("thread_id", thread_id)):
+        if not value or value in {".", ".."} or "/" in value or "\\" in value or "\x00" in value:
+            raise ValueError(f"unsafe {label} {value!r} for a data path")
+    user_data = data_root / "users" / user_id / "threads" / thread_id / "user-data"
+    return ThreadPaths(user_id=user_id, thread_id=thread_id, user_data=user_data)

@@ -1,0 +1,19 @@
+"""The sandbox contract and its providers (local for development, Kubernetes for production)."""
+
+from sandbox.base import (
+    CommandResult,
+    GrepMatch,
+    Sandbox,
+    SandboxError,
+    SandboxPathError,
+    SandboxProvider,
+)
+
+__all__ = [
+    "CommandResult",
+    "GrepMatch",
+    "Sandbox",
+    "SandboxError",
+    "SandboxPathError",
+    "SandboxProvider",
+]

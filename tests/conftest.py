@@ -1,0 +1,98 @@
+"""Fixtures shared by the whole suite.
+
+- ``use_config``: point the process at a config file (and forget the cached one).
+- ``lg_server`` / ``lg_client``: the in-process LangGraph Server, once per session.
+- ``dev_server``: start ``langgraph dev`` as a subprocess (the black-box path).
+- ``postgres_uri``: a fresh database on the real local PostgreSQL per session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.config import reset_settings_cache
+from tests.support.postgres import fresh_database, postgres_available
+from tests.support.server import DevServer, asgi_client, in_process_server
+
+# Keep the suite off the network and away from the developer's own config.
+os.environ.setdefault("LANGSMITH_TRACING", "false")
+os.environ.setdefault("LANGGRAPH_CLI_NO_ANALYTICS", "1")
+os.environ.setdefault("LANGGRAPH_NO_VERSION_CHECK", "true")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test starts from the built-in defaults, with data under a temp dir."""
+    saved = {k: os.environ.get(k) for k in ("DEERFLOW_CONFIG", "DEERFLOW_DATA_ROOT")}
+    os.environ.pop("DEERFLOW_CONFIG", None)
+    os.environ["DEERFLOW_DATA_ROOT"] = str(tmp_path_factory.mktemp("data"))
+    reset_settings_cache()
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    reset_settings_cache()
+
+
+@pytest.fixture
+def use_config() -> Callable[[Path], Path]:
+    """Make ``path`` the process's config (graphs served in-process pick it up)."""
+
+    def apply(path: Path) -> Path:
+        os.environ["DEERFLOW_CONFIG"] = str(path)
+        os.environ.pop("DEERFLOW_DATA_ROOT", None)
+        reset_settings_cache()
+        return path
+
+    return apply
+
+
+@pytest.fixture(scope="session")
+async def lg_server() -> AsyncIterator[Any]:
+    """The project's LangGraph Server, in-process, registered from langgraph.json."""
+    async with in_process_server() as app:
+        yield app
+
+
+@pytest.fixture
+def lg_client(lg_server: Any) -> Callable[..., Any]:
+    """Factory: ``lg_client(headers={...})`` -> a ``langgraph_sdk`` client over ASGI."""
+
+    def make(headers: Mapping[str, str] | None = None) -> Any:
+        return asgi_client(lg_server, headers=headers)
+
+    return make
+
+
+@pytest.fixture
+def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
+    """Factory: ``dev_server(env={...})`` starts ``langgraph dev``; stopped at teardown."""
+    started: list[DevServer] = []
+
+    def start(env: Mapping[str, str] | None = None) -> DevServer:
+        server = DevServer(tmp_path / f"langgraph-dev-{len(started)}.log", env=env)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_uri() -> Iterator[str]:
+    """A fresh database for this test session (dropped at the end)."""
+    reason = postgres_available()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI is set, so this is an error, not a skip)")
+        pytest.skip(reason)
+    with fresh_database() as uri:
+        yield uri

@@ -1,0 +1,1 @@
+"""Test support shared by every test module: scripted configs, servers, Postgres."""

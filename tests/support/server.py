@@ -1,0 +1,216 @@
+"""A real LangGraph Server for tests: in-process (ASGI) and ``langgraph dev``.
+
+The in-process server reads its registration from the project's
+``langgraph.json`` exactly like ``langgraph dev`` does, so what is tested is what
+is deployed. ``langgraph_api`` reads its environment at import time: configure
+with ``server_env`` before the first import (this leans on langgraph-api
+internals; its version range is pinned in ``pyproject.toml``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+from langgraph_sdk.client import LangGraphClient
+
+__all__ = [
+    "PROJECT_ROOT",
+    "DevServer",
+    "asgi_client",
+    "free_port",
+    "in_process_server",
+    "langgraph_json",
+    "server_env",
+]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def langgraph_json() -> dict[str, Any]:
+    return json.loads((PROJECT_ROOT / "langgraph.json").read_text(encoding="utf-8"))
+
+
+def _absolute(spec: str) -> str:
+    """``./graphs/x.py:attr`` -> an absolute file path; module specs unchanged."""
+    path, sep, attr = spec.partition(":")
+    if path.endswith(".py"):
+        return f"{(PROJECT_ROOT / path).resolve()}{sep}{attr}"
+    return spec
+
+
+def _absolute_paths(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _absolute_paths(v, k) for k, v in value.items()}
+    if (
+        (isinstance(value, str)
+        and key in {"path", "app"})
+        or (isinstance(value, str) and value.startswith("./") and ".py:" in value)
+    ):
+        return _absolute(value)
+    return value
+
+
+def server_env(overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Environment for an in-process server built from ``langgraph.json``.
+
+    ``overrides`` may replace any top-level section (``auth``, ``http``,
+    ``checkpointer``, ``store``) with a dict, or drop it with ``None``.
+    """
+    config = langgraph_json()
+    for key, value in (overrides or {}).items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    graphs = {name: _absolute(spec) for name, spec in config["graphs"].items()}
+    env = {
+        "LANGGRAPH_RUNTIME_EDITION": "inmem",
+        "DATABASE_URI": ":memory:",
+        "REDIS_URI": "fake",
+        "MIGRATIONS_PATH": "__inmem",
+        "LANGGRAPH_DISABLE_FILE_PERSISTENCE": "true",
+        "LANGSMITH_LANGGRAPH_API_VARIANT": "local_dev",
+        "LANGSERVE_GRAPHS": json.dumps(graphs),
+        "LANGGRAPH_ALLOW_BLOCKING": "false",
+        "LANGSMITH_TRACING": "false",
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGGRAPH_NO_VERSION_CHECK": "true",
+    }
+    for section, variable in (
+        ("auth", "LANGGRAPH_AUTH"),
+        ("http", "LANGGRAPH_HTTP"),
+        ("checkpointer", "LANGGRAPH_CHECKPOINTER"),
+        ("store", "LANGGRAPH_STORE"),
+    ):
+        if config.get(section):
+            env[variable] = json.dumps(_absolute_paths(config[section]))
+    return env
+
+
+@contextlib.asynccontextmanager
+async def in_process_server(overrides: Mapping[str, Any] | None = None) -> AsyncIterator[Any]:
+    """Import ``langgraph_api`` with the project's registration and run its lifespan."""
+    if "langgraph_api.server" in sys.modules:
+        raise RuntimeError("langgraph_api is already imported; one in-process server per process")
+    os.environ.update(server_env(overrides))
+    if str(PROJECT_ROOT) not in sys.path:
+        sys.path.insert(0, str(PROJECT_ROOT))
+    from langgraph_api.server import app
+
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+def asgi_client(app: Any, *, headers: Mapping[str, str] | None = None) -> LangGraphClient:
+    """A ``langgraph_sdk`` client that talks to ``app`` over ASGI (auth enforced)."""
+    http = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://deerflow.test",
+        headers=dict(headers or {}),
+        timeout=60,
+    )
+    return LangGraphClient(http)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DevServer:
+    """``langgraph dev`` in its own process group on a free port (the black box).
+
+    The log goes to a file outside the project (a log inside it would make the
+    reloader loop). ``langgraph dev`` silently moves to another port when the
+    chosen one is busy, so start-up checks that the port answers ``/ok``.
+    """
+
+    def __init__(self, log_path: Path, env: Mapping[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.env = dict(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> DevServer:
+        env = {**os.environ, **self.env}
+        env.update(
+            LANGGRAPH_CLI_NO_ANALYTICS="1",
+            LANGGRAPH_NO_VERSION_CHECK="true",
+            LANGSMITH_TRACING="false",
+            PYTHONUNBUFFERED="1",
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "langgraph_cli",
+            "dev",
+            "--no-browser",
+            "--no-reload",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            command,
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"langgraph dev exited early:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/ok", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"langgraph dev did not answer /ok on {self.url}:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=5)
+        self.process = None
+
+    def client(self, *, headers: Mapping[str, str] | None = None) -> LangGraphClient:
+        http = httpx.AsyncClient(base_url=self.url, headers=dict(headers or {}), timeout=60)
+        return LangGraphClient(http)
+
+    def __enter__(self) -> DevServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,54 @@
+"""Resolve the ``tools:`` config list into ``BaseTool`` objects.
+
+Tools are resolved per agent build from already-imported modules (the import
+happens once, at first use), so this does no I/O on the event loop after warm-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import cache
+
+from langchain_core.tools import BaseTool
+
+from runtime.config import ConfigError, Settings, ToolConfig, import_object
+
+__all__ = ["DEFAULT_TOOLS", "load_tools", "tool_configs"]
+
+# The built-in default tool set, used when config has no ``tools:`` key.
+# Later issues add the sandbox and file tools here.
+DEFAULT_TOOLS: tuple[ToolConfig, ...] = ()
+
+
+def tool_configs(settings: Settings) -> tuple[ToolConfig, ...]:
+    return DEFAULT_TOOLS if settings.tools is None else tuple(settings.tools)
+
+
+@cache
+def _resolve(use: str, name: str) -> BaseTool:
+    obj = import_object(use, what=f"tool {name!r} use")
+    if not isinstance(obj, BaseTool) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, BaseTool):
+        raise ConfigError(f"tool {name!r} use: {use!r} is not a BaseTool or a factory of one")
+    if obj.name != name:
+        obj = obj.model_copy(update={"name": name})
+    return obj
+
+
+def load_tools(
+    settings: Settings,
+    *,
+    groups: Iterable[str] | None = None,
+    include: Callable[[ToolConfig], bool] | None = None,
+) -> list[BaseTool]:
+    """Tools from config, optionally limited to ``groups`` and a predicate."""
+    wanted = None if groups is None else set(groups)
+    result: list[BaseTool] = []
+    for entry in tool_configs(settings):
+        if wanted is not None and entry.group not in wanted:
+            continue
+        if include is not None and not include(entry):
+            continue
+        result.append(_resolve(entry.use, entry.name))
+    return result

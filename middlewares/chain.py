@@ -14,6 +14,8 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 
+from middlewares.read_before_write import ReadBeforeWriteMiddleware
+from middlewares.sandbox_audit import SandboxAuditMiddleware
 from runtime.config import ModelConfig, Settings
 from runtime.run_options import RunOptions
 
@@ -35,14 +37,26 @@ class ChainInputs:
     effective: dict[str, Any] = field(default_factory=dict)
 
 
+def _guard_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[Any, Any]]:
+    """Spec 12 SandboxAudit (unconditional) and 13 ReadBeforeWrite (``read_before_write.enabled``)."""
+    guards: list[AgentMiddleware[Any, Any]] = [SandboxAuditMiddleware()]
+    if inputs.settings.read_before_write.enabled:
+        guards.append(ReadBeforeWriteMiddleware.from_settings(inputs.settings))
+    return guards
+
+
 def build_lead_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[Any, Any]]:
     """The shared runtime base (spec numbers 1-16)."""
-    return []
+    chain: list[AgentMiddleware[Any, Any]] = []
+    chain.extend(_guard_middlewares(inputs))  # 12, 13
+    return chain
 
 
 def build_subagent_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[Any, Any]]:
     """The subagent chain: most of the runtime base plus its own tail."""
-    return []
+    chain: list[AgentMiddleware[Any, Any]] = []
+    chain.extend(_guard_middlewares(inputs))  # 12, 13
+    return chain
 
 
 def build_middlewares(

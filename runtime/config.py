@@ -24,6 +24,7 @@ __all__ = [
     "PROJECT_ROOT",
     "ConfigError",
     "ModelConfig",
+    "ReadBeforeWriteConfig",
     "Settings",
     "ToolConfig",
     "aget_settings",
@@ -103,6 +104,18 @@ class SubagentsConfig(_Section):
     enabled: bool = True
 
 
+class ReadBeforeWriteConfig(_Section):
+    """ReadBeforeWriteMiddleware (spec 13): writes to existing files need a fresh read."""
+
+    enabled: bool = True
+    elide_blocked_payloads: bool = Field(
+        default=True, description="hide blocked write payloads from later model requests"
+    )
+    elide_min_chars: int = Field(
+        default=256, ge=0, description="payloads shorter than this stay visible"
+    )
+
+
 class ToolConfig(BaseModel):
     """One tool: ``use`` names a ``BaseTool`` (or a zero-argument factory of one)."""
 
@@ -131,6 +144,7 @@ class Settings(_Section):
         default=None, description="None means the built-in default tool set"
     )
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+    read_before_write: ReadBeforeWriteConfig = Field(default_factory=ReadBeforeWriteConfig)
     extensions: ExtensionsConfig = Field(default_factory=ExtensionsConfig)
     plugins: list[str] = Field(default_factory=list)
 
@@ -164,6 +178,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_POSTGRES_URI": ("database", "uri"),
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
+    "DEERFLOW_READ_BEFORE_WRITE": ("read_before_write", "enabled"),
 }
 
 # Built-in defaults when no config file exists: the offline scripted demo model,

@@ -357,6 +357,7 @@ async def test_no_matching_tool_message_skips_inspection_and_logs_the_id(
 
     with caplog.at_level(logging.INFO, logger="middlewares.read_before_write"):
         result = await middleware.awrap_tool_call(FakeRequest(), handler)  # type: ignore[arg-type]
+    assert isinstance(result, ToolMessage)
     assert READ_MARK_KEY not in result.additional_kwargs
     assert probed == []
     assert any("tool_call_id=call-77" in r.getMessage() for r in caplog.records)

@@ -167,8 +167,8 @@ async def test_blocked_command_never_runs_and_returns_an_error_tool_message() ->
     state = await agent.ainvoke({"messages": [("user", "go")]}, run_config(thread))
     (result,) = tool_messages(state)
     assert result.status == "error"
-    assert result.content.startswith("Error: command blocked by the sandbox audit")
-    assert "pipes data into a shell" in result.content
+    assert str(result.content).startswith("Error: command blocked by the sandbox audit")
+    assert "pipes data into a shell" in str(result.content)
     meta = result.additional_kwargs[TOOL_META_KEY]
     assert meta == {
         "status": "error",

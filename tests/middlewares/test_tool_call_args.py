@@ -68,7 +68,8 @@ def test_rewrite_covers_structured_raw_block_and_chunk_surfaces() -> None:
     # The input was not mutated.
     assert message.tool_calls[0]["args"] == {"content": "big"}
     assert message.content[1]["input"] == {"content": "big"}  # type: ignore[index]
-    assert raw[0]["function"]["arguments"] == "{}"
+    function = raw[0]["function"]
+    assert isinstance(function, dict) and function["arguments"] == "{}"
 
 
 def test_rewrite_chunks_and_identity_of_untouched_messages() -> None:

@@ -31,6 +31,13 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results" / "guards.md"
 
 
+def _shlex_split(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return []
+
+
 def _classification_round(commands: list[str], repeat: int) -> tuple[float, float]:
     from middlewares.sandbox_audit import classify_command
 
@@ -42,10 +49,7 @@ def _classification_round(commands: list[str], repeat: int) -> tuple[float, floa
     start = time.perf_counter()
     for _ in range(repeat):
         for command in commands:
-            try:
-                shlex.split(command)
-            except ValueError:
-                pass
+            _shlex_split(command)
     split = (time.perf_counter() - start) / (repeat * len(commands))
     return classify, split
 

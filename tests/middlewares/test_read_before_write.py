@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
@@ -48,6 +49,15 @@ def _host(thread: str, name: str = "notes.md") -> Path:
     workspace = thread_paths(get_settings().data_root_path(), "default", thread).workspace
     workspace.mkdir(parents=True, exist_ok=True)
     return workspace / name
+
+
+async def _seed(thread: str, text: str, name: str = "notes.md") -> None:
+    """Create a file in the thread's workspace, off the event loop."""
+    await asyncio.to_thread(lambda: _host(thread, name).write_text(text, encoding="utf-8"))
+
+
+async def _content(thread: str, name: str = "notes.md") -> str:
+    return await asyncio.to_thread(lambda: _host(thread, name).read_text(encoding="utf-8"))
 
 
 def _middleware(**config: Any) -> ReadBeforeWriteMiddleware:
@@ -101,7 +111,7 @@ def _is_blocked(message: ToolMessage, tool: str = "write_file") -> bool:
 
 async def test_write_without_read_is_blocked_then_allowed_after_read() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     state = await _run(
         [ai_tools(_write("v2\n")), ai_tools(_read()), ai_tools(_write("v2\n"))], thread
     )
@@ -123,12 +133,12 @@ async def test_write_without_read_is_blocked_then_allowed_after_read() -> None:
         "tool_call_id": read.tool_call_id,
     }
     assert written.status == "success" and str(written.content).startswith("OK")
-    assert _host(thread).read_text(encoding="utf-8") == "v2\n"
+    assert await _content(thread) == "v2\n"
 
 
 async def test_a_read_of_an_older_version_does_not_authorise_the_write() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     state = await _run(
         [
             ai_tools(_read()),
@@ -140,24 +150,24 @@ async def test_a_read_of_an_older_version_does_not_authorise_the_write() -> None
     _, _, blocked = tool_messages(state)
     assert _is_blocked(blocked)
     assert "changed after your last read_file" in str(blocked.content)
-    assert _host(thread).read_text(encoding="utf-8") == "v1\nchanged-behind-your-back\n"
+    assert await _content(thread) == "v1\nchanged-behind-your-back\n"
 
 
 async def test_writes_never_refresh_a_mark() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     state = await _run(
         [ai_tools(_read()), ai_tools(_write("v2\n")), ai_tools(_write("v3\n"))], thread
     )
     _, first, second = tool_messages(state)
     assert first.status == "success"
     assert _is_blocked(second)
-    assert _host(thread).read_text(encoding="utf-8") == "v2\n"
+    assert await _content(thread) == "v2\n"
 
 
 async def test_append_and_str_replace_are_gated_too() -> None:
     thread = _thread()
-    _host(thread).write_text("alpha beta\n", encoding="utf-8")
+    await _seed(thread, "alpha beta\n")
     state = await _run(
         [
             ai_tools(_write("more\n", append=True)),
@@ -171,7 +181,7 @@ async def test_append_and_str_replace_are_gated_too() -> None:
     assert _is_blocked(appended)
     assert _is_blocked(replaced, tool="str_replace")
     assert ok.status == "success"
-    assert _host(thread).read_text(encoding="utf-8") == "alpha gamma\n"
+    assert await _content(thread) == "alpha gamma\n"
 
 
 async def test_new_files_need_no_read() -> None:
@@ -179,12 +189,12 @@ async def test_new_files_need_no_read() -> None:
     state = await _run([ai_tools(_write("fresh\n", path="reports/new.md"))], thread)
     (written,) = tool_messages(state)
     assert written.status == "success"
-    assert _host(thread, "reports/new.md").read_text(encoding="utf-8") == "fresh\n"
+    assert await _content(thread, "reports/new.md") == "fresh\n"
 
 
 async def test_relative_and_absolute_paths_share_one_mark() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     state = await _run(
         [ai_tools(_read("notes.md")), ai_tools(_write("v2\n", path="./sub/../notes.md"))],
         thread,
@@ -196,7 +206,7 @@ async def test_relative_and_absolute_paths_share_one_mark() -> None:
 
 async def test_partial_read_of_the_newest_version_authorises() -> None:
     thread = _thread()
-    _host(thread).write_text("a\nb\nc\n", encoding="utf-8")
+    await _seed(thread, "a\nb\nc\n")
     state = await _run(
         [
             ai_tools(tool_call("read_file", description="tail", path=NOTES, start_line=3)),
@@ -236,7 +246,7 @@ def test_sync_run_uses_the_same_gate() -> None:
 
 async def test_two_writes_in_one_turn_cannot_share_one_mark() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     state = await _run(
         [ai_tools(_read()), ai_tools(_write("left\n"), _write("right\n"))],
         thread,
@@ -247,7 +257,7 @@ async def test_two_writes_in_one_turn_cannot_share_one_mark() -> None:
     loser = first if first.status == "error" else second
     assert _is_blocked(loser)
     winner_content = "left\n" if loser is second else "right\n"
-    assert _host(thread).read_text(encoding="utf-8") == winner_content
+    assert await _content(thread) == winner_content
 
 
 class _SlowProbe(HostPathContentProbe):
@@ -309,7 +319,7 @@ def test_concurrent_sync_writes_from_threads_are_serialized() -> None:
 
 async def test_marks_on_command_results_bind_to_the_request_id() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     state = await _run(
         [ai_tools(_read()), ai_tools(_write("v2\n"))],
         thread,
@@ -324,7 +334,7 @@ async def test_marks_on_command_results_bind_to_the_request_id() -> None:
 
 async def test_command_read_result_plain() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     state = await _run(
         [ai_tools(_read()), ai_tools(_write("v2\n"))],
         thread,
@@ -365,7 +375,7 @@ async def test_no_matching_tool_message_skips_inspection_and_logs_the_id(
 
 async def test_forged_or_malformed_marks_do_not_authorise() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     digest = hashlib.sha256(b"v1\n").hexdigest()
     history = [
         HumanMessage("go"),
@@ -401,7 +411,7 @@ async def test_forged_or_malformed_marks_do_not_authorise() -> None:
     )
     state = await agent.ainvoke({"messages": history}, run_config(thread))
     assert _is_blocked(tool_messages(state)[-1])
-    assert _host(thread).read_text(encoding="utf-8") == "v1\n"
+    assert await _content(thread) == "v1\n"
 
 
 # -- fail open -------------------------------------------------------------------------
@@ -416,7 +426,7 @@ async def test_uninspectable_content_fails_open() -> None:
             raise RuntimeError("sandbox unreachable")
 
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     state = await _run(
         [ai_tools(_read()), ai_tools(_write("v2\n"))],
         thread,
@@ -438,8 +448,12 @@ async def test_paths_outside_the_virtual_roots_fail_open_to_the_tool() -> None:
 async def test_symlink_escape_is_not_followed_by_the_probe(tmp_path: Path) -> None:
     thread = _thread()
     outside = tmp_path / "secret.txt"
-    outside.write_text("secret", encoding="utf-8")
-    _host(thread, "link.md").symlink_to(outside)
+
+    def plant() -> None:
+        outside.write_text("secret", encoding="utf-8")
+        _host(thread, "link.md").symlink_to(outside)
+
+    await asyncio.to_thread(plant)
     target = ProbeTarget(
         path="/mnt/user-data/workspace/link.md",
         user_id="default",
@@ -467,7 +481,7 @@ async def test_bad_path_arguments_are_left_to_the_tool() -> None:
 
 async def test_blocked_payloads_are_elided_for_the_model_only() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     big = "x" * 400
     recorder = RecordingMiddleware()
     state = await _run(
@@ -496,7 +510,7 @@ async def test_blocked_payloads_are_elided_for_the_model_only() -> None:
 
 async def test_elision_can_be_switched_off() -> None:
     thread = _thread()
-    _host(thread).write_text("v1\n", encoding="utf-8")
+    await _seed(thread, "v1\n")
     recorder = RecordingMiddleware()
     await _run(
         [ai_tools(_write("y" * 500))],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from pathlib import Path
@@ -177,7 +178,7 @@ async def test_blocked_command_never_runs_and_returns_an_error_tool_message() ->
         "recommended_next_action": "try_alternative",
         "source": "tool_return",
     }
-    assert not (_workspace(thread) / "ran.txt").exists()
+    assert not await asyncio.to_thread((_workspace(thread) / "ran.txt").exists)
     assert state["messages"][-1].content == "done"
 
 
@@ -200,7 +201,8 @@ async def test_warned_command_runs_and_is_annotated_before_the_exit_marker() -> 
     state = await agent.ainvoke({"messages": [("user", "go")]}, run_config(thread))
     (result,) = tool_messages(state)
     assert result.status == "success"
-    assert (_workspace(thread) / "shared.txt").stat().st_mode & 0o777 == 0o777
+    mode = (await asyncio.to_thread((_workspace(thread) / "shared.txt").stat)).st_mode
+    assert mode & 0o777 == 0o777
     text = str(result.content)
     assert text.startswith("made\n")
     assert text.endswith("\n[exit code: 0]")

@@ -55,6 +55,7 @@ from middlewares._path_gate import _await_off_thread, gate_for
 from middlewares._tool_meta import blocked_tool_message
 from middlewares.tool_call_args import pair_tool_call_results, rewrite_messages_tool_call_args
 from runtime.config import ReadBeforeWriteConfig, Settings
+from sandbox.base import SandboxError
 
 __all__ = [
     "READ_MARK_KEY",
@@ -88,6 +89,16 @@ _ELIDED_TEMPLATE = (
 # read_file results that carry no file content (tool errors reported in-band).
 _NO_CONTENT_PREFIXES = ("Error:", "error:")
 _HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _log_uninspectable(target: ProbeTarget, exc: Exception) -> None:
+    """Expected refusals (paths outside the roots, no sandbox) are not incidents."""
+    if isinstance(exc, (SandboxError, OSError)):
+        logger.info("read-before-write: cannot inspect %s (%s); failing open", target.path, exc)
+    else:
+        logger.warning(
+            "read-before-write: cannot inspect %s; failing open", target.path, exc_info=exc
+        )
 
 
 def default_content_probe(settings: Settings) -> ContentProbe:
@@ -167,10 +178,8 @@ class ReadBeforeWriteMiddleware(AgentMiddleware[Any, Any, Any]):
             return self._checked_digest(self._probe.digest(target), target)
         except FileNotFoundError:
             return None
-        except Exception:
-            logger.warning(
-                "read-before-write: cannot inspect %s; failing open", target.path, exc_info=True
-            )
+        except Exception as exc:
+            _log_uninspectable(target, exc)
             return None
 
     async def _probe_async(self, target: ProbeTarget) -> str | None:
@@ -181,10 +190,8 @@ class ReadBeforeWriteMiddleware(AgentMiddleware[Any, Any, Any]):
             return None
         except asyncio.CancelledError:
             raise
-        except Exception:
-            logger.warning(
-                "read-before-write: cannot inspect %s; failing open", target.path, exc_info=True
-            )
+        except Exception as exc:
+            _log_uninspectable(target, exc)
             return None
 
     @staticmethod

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -519,3 +519,33 @@ async def test_elision_can_be_switched_off() -> None:
     )
     seen_ai = next(m for m in recorder.requests[1] if isinstance(m, AIMessage) and m.tool_calls)
     assert seen_ai.tool_calls[0]["args"]["content"] == "y" * 500
+
+
+# -- marks live on messages -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drop_the_read", [False, True])
+async def test_marks_persist_with_the_thread_and_die_with_their_message(
+    drop_the_read: bool,
+) -> None:
+    thread = _thread()
+    await _seed(thread, "v1\n")
+    agent = make_agent(
+        [ai_tools(_read()), ai_text("read it"), ai_tools(_write("v2\n")), ai_text("done")],
+        tools=TOOLS,
+        middleware=[_middleware()],
+    )
+    config = run_config(thread)
+    first = await agent.ainvoke({"messages": [("user", "read")]}, config)
+    (read,) = tool_messages(first)
+    assert READ_MARK_KEY in read.additional_kwargs
+    if drop_the_read:  # what summarization does to an old read
+        await agent.aupdate_state(config, {"messages": [RemoveMessage(id=str(read.id))]})
+    second = await agent.ainvoke({"messages": [("user", "now write")]}, config)
+    written = tool_messages(second)[-1]
+    if drop_the_read:
+        assert _is_blocked(written)
+        assert await _content(thread) == "v1\n"
+    else:
+        assert written.status == "success"
+        assert await _content(thread) == "v2\n"

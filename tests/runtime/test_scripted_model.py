@@ -14,14 +14,19 @@ from pydantic import ValidationError
 
 from runtime.scripted_model import EXHAUSTED_TEXT, ScriptedChatModel
 
-SCRIPT = [
+
+def _model(script: list[dict[str, object]]) -> ScriptedChatModel:
+    return ScriptedChatModel.model_validate({"script": script})
+
+
+SCRIPT: list[dict[str, object]] = [
     {"tool_calls": [{"name": "bash", "args": {"description": "list", "command": "ls"}}]},
     {"content": "All done here."},
 ]
 
 
 def test_turn_is_chosen_by_ai_message_count() -> None:
-    model = ScriptedChatModel(script=SCRIPT)
+    model = _model(SCRIPT)
     first = model.invoke([HumanMessage("go")])
     assert first.tool_calls == [
         {
@@ -35,17 +40,17 @@ def test_turn_is_chosen_by_ai_message_count() -> None:
     second = model.invoke(history)
     assert second.content == "All done here." and second.tool_calls == []
     # Stateless: a fresh instance (another process) answers the same.
-    assert ScriptedChatModel(script=SCRIPT).invoke(history).content == "All done here."
+    assert _model(SCRIPT).invoke(history).content == "All done here."
 
 
 def test_past_the_end_says_exhausted() -> None:
-    model = ScriptedChatModel(script=[{"content": "only"}])
+    model = _model([{"content": "only"}])
     reply = model.invoke([HumanMessage("a"), AIMessage("only"), HumanMessage("b")])
     assert reply.content == EXHAUSTED_TEXT
 
 
 def test_usage_and_finish_reason() -> None:
-    reply = ScriptedChatModel(script=SCRIPT).invoke([HumanMessage("a question")])
+    reply = _model(SCRIPT).invoke([HumanMessage("a question")])
     assert reply.usage_metadata is not None
     assert reply.usage_metadata["total_tokens"] == (
         reply.usage_metadata["input_tokens"] + reply.usage_metadata["output_tokens"]
@@ -55,7 +60,7 @@ def test_usage_and_finish_reason() -> None:
 
 
 async def test_streams_token_chunks_that_add_up() -> None:
-    model = ScriptedChatModel(script=[{"content": "one two three"}])
+    model = _model([{"content": "one two three"}])
     chunks = [c async for c in model.astream([HumanMessage("x")])]
     assert [c.content for c in chunks[:-1]] == ["one ", "two ", "three"]
     full = reduce(add, chunks)
@@ -65,14 +70,14 @@ async def test_streams_token_chunks_that_add_up() -> None:
 
 
 def test_streamed_tool_calls_parse() -> None:
-    chunks = list(ScriptedChatModel(script=SCRIPT).stream([HumanMessage("x")]))
+    chunks = list(_model(SCRIPT).stream([HumanMessage("x")]))
     full = reduce(add, chunks)
     assert full.tool_calls[0]["name"] == "bash"
     assert full.tool_calls[0]["args"] == {"description": "list", "command": "ls"}
 
 
 def test_bind_tools_returns_the_model() -> None:
-    model = ScriptedChatModel(script=SCRIPT)
+    model = _model(SCRIPT)
     assert model.bind_tools([{"name": "bash"}]) is model
 
 
@@ -86,6 +91,6 @@ def test_script_path(tmp_path: Path, suffix: str) -> None:
 
 def test_malformed_turn_is_rejected() -> None:
     with pytest.raises(ValidationError):
-        ScriptedChatModel(script=[{"contnet": "typo"}])
+        _model([{"contnet": "typo"}])
     with pytest.raises(ValidationError):
-        ScriptedChatModel(script=[{"tool_calls": [{"args": {}}]}])
+        _model([{"tool_calls": [{"args": {}}]}])

@@ -47,7 +47,7 @@ from langchain.agents.middleware.types import ModelCallResult, ModelRequest, Mod
 from langchain_core.messages import AIMessage
 from langgraph.errors import GraphBubbleUp
 
-from runtime.config import LLMErrorHandlingConfig
+from runtime.config import LLMErrorHandlingConfig, ModelConfig
 from runtime.retry_after import retry_after_from_error
 
 __all__ = [
@@ -182,6 +182,10 @@ def _error_text(error: BaseException) -> str:
     message = getattr(error, "message", None)
     if isinstance(message, str) and message not in parts[0]:
         parts.append(message)
+    for key in ("code", "type"):
+        value = getattr(error, key, None)
+        if isinstance(value, str) and value:
+            parts.append(value)
     body = _body_of(error)
     if body:
         parts.append(repr(dict(body))[:2000])
@@ -393,6 +397,20 @@ class LLMErrorHandlingMiddleware(AgentMiddleware[Any, Any]):
         self.sleep = sleep
         self.asleep = asleep
         self.rng = rng or random.Random()
+
+    @classmethod
+    def from_config(
+        cls, config: LLMErrorHandlingConfig, model: ModelConfig
+    ) -> LLMErrorHandlingMiddleware:
+        """The middleware for one model entry, sharing that entry's process-wide breaker."""
+        breaker = None
+        if config.circuit_breaker.enabled:
+            breaker = get_circuit_breaker(
+                model.name,
+                failure_threshold=config.circuit_breaker.failure_threshold,
+                recovery_timeout=config.circuit_breaker.recovery_timeout,
+            )
+        return cls(config, breaker=breaker)
 
     def release_policy_parameters(self) -> dict[str, Any]:
         return self.config.model_dump(mode="json")

@@ -36,6 +36,7 @@ from middlewares._tool_results import OFF_LOOP_CHARS, map_tool_messages, result_
 from middlewares.input_sanitization import is_genuine_user_message
 from middlewares.tool_result_sanitization import is_remote_content_tool
 from middlewares.tool_transform_meta import append_tool_transform
+from runtime.config import PiiRedactionConfig
 
 __all__ = ["ALL_DETECTORS", "PiiRedactionMiddleware", "PiiRedactor", "redact_text"]
 
@@ -154,6 +155,7 @@ class PiiRedactor:
             raise ValueError(f"unknown PII detectors: {sorted(unknown)}")
         self.detectors = tuple(_DETECTORS[name] for name in ALL_DETECTORS if name in wanted)
         self._key = hash_key.encode("utf-8") if hash_key else _DEFAULT_KEY
+        self.keyed = bool(hash_key)
 
     def placeholder(self, detector: _Detector, value: str) -> str:
         digest = hmac.new(
@@ -195,8 +197,16 @@ class PiiRedactionMiddleware(AgentMiddleware[Any, Any]):
         super().__init__()
         self.redactor = redactor
 
+    @classmethod
+    def from_config(cls, config: PiiRedactionConfig) -> PiiRedactionMiddleware:
+        return cls(PiiRedactor(config.detectors, hash_key=config.hash_key))
+
     def release_policy_parameters(self) -> dict[str, Any]:
-        return {"enabled": True, "detectors": [d.name for d in self.redactor.detectors]}
+        return {
+            "enabled": True,
+            "detectors": [d.name for d in self.redactor.detectors],
+            "hash_key_set": self.redactor.keyed,
+        }
 
     def _redact_message(self, message: Any) -> tuple[Any, dict[str, int]]:
         totals: dict[str, int] = {}

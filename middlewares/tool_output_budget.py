@@ -45,7 +45,7 @@ from middlewares._tool_results import map_tool_messages, tool_message_text
 from middlewares.tool_call_args import pair_tool_call_results, rewrite_tool_call_args
 from middlewares.tool_output_synopsis import describe_output, head_tail, render_synopsis
 from middlewares.tool_transform_meta import append_tool_transform
-from runtime.config import ToolOutputConfig
+from runtime.config import Settings, ToolOutputConfig
 from runtime.paths import VIRTUAL_OUTPUTS, thread_paths
 
 __all__ = [
@@ -194,6 +194,10 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
         super().__init__()
         self.config = config
         self.data_root = data_root
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ToolOutputBudgetMiddleware:
+        return cls(settings.tool_output, data_root=settings.data_root_path())
 
     def release_policy_parameters(self) -> dict[str, Any]:
         return self.config.model_dump(mode="json")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -37,6 +38,7 @@ _SAMPLE_RECORDS = 50
 _MIN_DATA_RECORDS = 2
 _MAX_HEADER_CELL = 200
 _COLUMN_LIST_LIMIT = 24
+_NUMBER = re.compile(r"^[-+]?\d[\d.,_]*(?:[eE][-+]?\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -99,15 +101,19 @@ def recognize_table(text: str) -> TableShape | None:
                 if len(rows) > _SAMPLE_RECORDS:
                     break
         except csv.Error:
-            if not truncated or len(rows) < 1 + _MIN_DATA_RECORDS:
-                continue
+            # A sample cut mid-record, or a malformed record later on: recognise the
+            # table from the records before it; the full count will say undetermined.
+            pass
         if len(rows) < 1 + _MIN_DATA_RECORDS:
             continue
         header = rows[0]
         if len(header) < 2:
             continue
         if any(
-            not cell.strip() or cell[:1].isspace() or len(cell) > _MAX_HEADER_CELL
+            not cell.strip()
+            or cell[:1].isspace()
+            or len(cell) > _MAX_HEADER_CELL
+            or _NUMBER.match(cell.strip())
             for cell in header
         ):
             continue

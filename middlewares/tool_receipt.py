@@ -41,6 +41,7 @@ from middlewares._tool_results import (
 )
 from middlewares.model_response import last_ai_message, replace_last_ai_message
 from middlewares.tool_result_meta import read_tool_meta
+from runtime.config import VerificationConfig
 
 __all__ = [
     "RECEIPT_KEY",
@@ -182,6 +183,10 @@ class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):
         super().__init__()
         self.ledger_max_chars = ledger_max_chars
         self.now = now
+
+    @classmethod
+    def from_config(cls, config: VerificationConfig) -> ToolReceiptMiddleware:
+        return cls(ledger_max_chars=config.receipt_ledger_max_chars)
 
     def release_policy_parameters(self) -> dict[str, Any]:
         return {"receipts_enabled": True, "receipt_ledger_max_chars": self.ledger_max_chars}

@@ -75,7 +75,7 @@ class ScriptedError(BaseModel):
     kind: Literal["status", "timeout", "connection", "stream"] = "status"
     status: int | None = Field(default=None, ge=100, le=599)
     message: str = ""
-    retry_after: str | float | None = Field(
+    retry_after: str | int | float | None = Field(
         default=None, description="Retry-After header value: seconds or an HTTP date"
     )
     headers: dict[str, str] = Field(default_factory=dict)

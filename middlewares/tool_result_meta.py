@@ -98,7 +98,11 @@ def _error_type_from_message(message: ToolMessage) -> str:
     lowered = text[:2000].lower()
     if "is not a valid tool" in lowered:
         return "unknown_tool"
-    if "validation error" in lowered or "invalid arguments" in lowered:
+    if (
+        lowered.startswith("error invoking tool")
+        or "validation error" in lowered
+        or "invalid arguments" in lowered
+    ):
         return "invalid_arguments"
     return "tool_error"
 

@@ -21,8 +21,7 @@ from middlewares.dangling_tool_call import (
     DanglingToolCallMiddleware,
     repair_tool_call_protocol,
 )
-from runtime.config import Settings
-from tests.support.agents import chain_for, make_agent, run_config
+from tests.support.agents import chain_for, make_agent, run_config, settings_for
 from tests.support.strict_provider import StrictRecordingModel, check_strict_request
 
 
@@ -40,8 +39,8 @@ async def bash(command: str) -> str:
 
 def _model(answer_turn: int) -> StrictRecordingModel:
     """A strict model whose turn ``answer_turn`` answers with text."""
-    return StrictRecordingModel(
-        script=[{"content": f"unused {i}"} for i in range(answer_turn)] + [{"content": "final answer"}]
+    return StrictRecordingModel.play(
+        [{"content": f"unused {i}"} for i in range(answer_turn)] + [{"content": "final answer"}]
     )
 
 
@@ -49,7 +48,7 @@ async def _run(
     history: list[Any], answer_turn: int, tmp_path: Path, *, drop_dangling: bool = False
 ) -> tuple[dict[str, Any], StrictRecordingModel]:
     model = _model(answer_turn)
-    chain = chain_for(Settings(data_root=str(tmp_path)))
+    chain = chain_for(settings_for(tmp_path))
     if drop_dangling:
         chain = [m for m in chain if not isinstance(m, DanglingToolCallMiddleware)]
     agent = make_agent(model, [ls, bash], middleware=chain)
@@ -88,15 +87,14 @@ async def test_source_tool_calls_missing_and_misplaced_results(tmp_path: Path) -
     assert check_strict_request(request) == []
     ai_index = next(i for i, m in enumerate(request) if isinstance(m, AIMessage))
     assert _tool_ids_after(request, ai_index) == ["call_ls", "call_bash"]
-    placeholder, answered = request[ai_index + 1], request[ai_index + 2]
+    placeholder: Any = request[ai_index + 1]
+    answered = request[ai_index + 2]
     assert placeholder.additional_kwargs[DANGLING_PLACEHOLDER_KEY] is True
     assert placeholder.status == "error"
     assert answered.content == "bash output"
     assert not any(getattr(m, "tool_call_id", None) == "call_nobody" for m in request)
     # Only the request was repaired: state keeps the history as it was.
-    assert not any(
-        m.additional_kwargs.get(DANGLING_PLACEHOLDER_KEY) for m in result["messages"]
-    )
+    assert not any(m.additional_kwargs.get(DANGLING_PLACEHOLDER_KEY) for m in result["messages"])
     assert any(getattr(m, "tool_call_id", None) == "call_nobody" for m in result["messages"])
 
 
@@ -129,13 +127,17 @@ async def test_source_additional_kwargs_with_malformed_name_and_arguments(tmp_pa
 
 
 async def test_source_invalid_tool_calls_emitted_by_the_model(tmp_path: Path) -> None:
-    model = StrictRecordingModel(
-        script=[
-            {"invalid_tool_calls": [{"name": "bash", "args": "{broken", "id": "call_bad", "error": "x"}]},
+    model = StrictRecordingModel.play(
+        [
+            {
+                "invalid_tool_calls": [
+                    {"name": "bash", "args": "{broken", "id": "call_bad", "error": "x"}
+                ]
+            },
             {"content": "final answer"},
         ]
     )
-    agent = make_agent(model, [ls, bash], middleware=chain_for(Settings(data_root=str(tmp_path))))
+    agent = make_agent(model, [ls, bash], middleware=chain_for(settings_for(tmp_path)))
     config = run_config()
     first = await agent.ainvoke({"messages": [HumanMessage("go")]}, config)
     assert first["messages"][-1].invalid_tool_calls[0]["id"] == "call_bad"
@@ -180,7 +182,7 @@ async def test_reused_ids_and_calls_without_ids(tmp_path: Path) -> None:
 
 
 def test_clean_history_is_left_alone() -> None:
-    messages = [
+    messages: list[Any] = [
         HumanMessage("go"),
         AIMessage("", tool_calls=[{"name": "ls", "args": {"path": "/"}, "id": "a"}]),
         ToolMessage("ok", tool_call_id="a"),

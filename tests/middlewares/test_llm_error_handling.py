@@ -25,9 +25,9 @@ from middlewares.llm_error_handling import (
     LLMErrorHandlingMiddleware,
     classify_llm_error,
 )
-from runtime.config import LLMErrorHandlingConfig, Settings
+from runtime.config import LLMErrorHandlingConfig
 from runtime.scripted_model import ScriptedError, make_provider_error
-from tests.support.agents import chain_for, make_agent, run_config
+from tests.support.agents import chain_for, make_agent, run_config, settings_for
 from tests.support.strict_provider import StrictRecordingModel
 
 NOW = 1_800_000_000.0
@@ -43,7 +43,11 @@ def _err(**spec: Any) -> BaseException:
         (_err(status=429), "rate_limited", 429, True),
         (_err(status=429, sdk="openai", retry_after=2), "rate_limited", 429, True),
         (
-            _err(status=429, message="You exceeded your current quota", body={"error": {"code": "insufficient_quota"}}),
+            _err(
+                status=429,
+                message="You exceeded your current quota",
+                body={"error": {"code": "insufficient_quota"}},
+            ),
             "quota",
             429,
             False,
@@ -70,8 +74,18 @@ def _err(**spec: Any) -> BaseException:
         (_err(kind="stream", message="upstream failed [504] gateway"), "server_error", 504, True),
         (_err(kind="stream", message="proxy said HTTP 502 Bad Gateway"), "server_error", 502, True),
         (_err(kind="stream", type="server_error", message="oops"), "server_error", 500, True),
-        (_err(kind="stream", sdk="openai", body={"type": "server_error", "message": "x"}), "server_error", 500, True),
-        (_err(kind="stream", sdk="openai", body={"code": 503, "message": "x"}), "server_error", 503, True),
+        (
+            _err(kind="stream", sdk="openai", body={"type": "server_error", "message": "x"}),
+            "server_error",
+            500,
+            True,
+        ),
+        (
+            _err(kind="stream", sdk="openai", body={"code": 503, "message": "x"}),
+            "server_error",
+            503,
+            True,
+        ),
         (_err(kind="stream", message="overloaded_error: try later"), "overloaded", None, True),
         (_err(kind="stream", message="Rate-Limit exceeded"), "rate_limited", None, True),
         (_err(kind="stream", code="rate_limit_exceeded"), "rate_limited", None, True),
@@ -81,7 +95,9 @@ def _err(**spec: Any) -> BaseException:
         (ValueError("bad value"), "unknown", None, False),
     ],
 )
-def test_classification(error: BaseException, kind: str, status: int | None, retryable: bool) -> None:
+def test_classification(
+    error: BaseException, kind: str, status: int | None, retryable: bool
+) -> None:
     found = classify_llm_error(error, now=NOW)
     assert (found.kind, found.status, found.retryable) == (kind, status, retryable)
 
@@ -136,20 +152,19 @@ def _middleware(
     )
 
 
-def _agent_with(middleware: LLMErrorHandlingMiddleware, model: StrictRecordingModel, tmp_path: Path) -> Any:
+def _agent_with(
+    middleware: LLMErrorHandlingMiddleware, model: StrictRecordingModel, tmp_path: Path
+) -> Any:
     from middlewares.llm_error_handling import LLMErrorHandlingMiddleware as Cls
 
-    chain = [
-        middleware if isinstance(m, Cls) else m
-        for m in chain_for(Settings(data_root=str(tmp_path)))
-    ]
+    chain = [middleware if isinstance(m, Cls) else m for m in chain_for(settings_for(tmp_path))]
     return make_agent(model, [], middleware=chain)
 
 
 async def test_run_retries_after_retry_after_then_answers(tmp_path: Path) -> None:
     recorder = Recorder()
-    model = StrictRecordingModel(
-        script=[{"content": "answer", "errors": [{"status": 429, "retry_after": "7"}, {"status": 529}]}]
+    model = StrictRecordingModel.play(
+        [{"content": "answer", "errors": [{"status": 429, "retry_after": "7"}, {"status": 529}]}]
     )
     agent = _agent_with(_middleware(recorder, base_delay=2.0, max_delay=10.0), model, tmp_path)
     result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
@@ -161,13 +176,17 @@ async def test_run_retries_after_retry_after_then_answers(tmp_path: Path) -> Non
 
 async def test_jittered_backoff_grows_and_is_capped(tmp_path: Path) -> None:
     recorder = Recorder()
-    model = StrictRecordingModel(script=[{"error": {"status": 503}}])
+    model = StrictRecordingModel.play([{"error": {"status": 503}}])
     agent = _agent_with(
         _middleware(recorder, max_retries=5, base_delay=1.0, max_delay=4.0), model, tmp_path
     )
     result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
     final = result["messages"][-1]
-    assert final.additional_kwargs[LLM_ERROR_KEY] == {"kind": "server_error", "status": 503, "attempts": 6}
+    assert final.additional_kwargs[LLM_ERROR_KEY] == {
+        "kind": "server_error",
+        "status": 503,
+        "attempts": 6,
+    }
     ceilings = [1.0, 2.0, 4.0, 4.0, 4.0]
     assert len(recorder.delays) == 5
     for delay, ceiling in zip(recorder.delays, ceilings, strict=True):
@@ -176,7 +195,7 @@ async def test_jittered_backoff_grows_and_is_capped(tmp_path: Path) -> None:
 
 async def test_non_retryable_error_falls_back_immediately(tmp_path: Path) -> None:
     recorder = Recorder()
-    model = StrictRecordingModel(script=[{"error": {"status": 401, "sdk": "openai"}}])
+    model = StrictRecordingModel.play([{"error": {"status": 401, "sdk": "openai"}}])
     agent = _agent_with(_middleware(recorder), model, tmp_path)
     result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
     final = result["messages"][-1]
@@ -188,7 +207,7 @@ async def test_non_retryable_error_falls_back_immediately(tmp_path: Path) -> Non
 
 async def test_retry_after_longer_than_allowed_is_not_retried(tmp_path: Path) -> None:
     recorder = Recorder()
-    model = StrictRecordingModel(script=[{"error": {"status": 429, "retry_after": "90000"}}])
+    model = StrictRecordingModel.play([{"error": {"status": 429, "retry_after": "90000"}}])
     agent = _agent_with(_middleware(recorder), model, tmp_path)
     result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
     info = result["messages"][-1].additional_kwargs[LLM_ERROR_KEY]
@@ -198,7 +217,9 @@ async def test_retry_after_longer_than_allowed_is_not_retried(tmp_path: Path) ->
 
 async def test_retry_after_up_to_24_hours_is_honoured(tmp_path: Path) -> None:
     recorder = Recorder()
-    model = StrictRecordingModel(script=[{"content": "ok", "errors": [{"status": 429, "retry_after": "86400"}]}])
+    model = StrictRecordingModel.play(
+        [{"content": "ok", "errors": [{"status": 429, "retry_after": "86400"}]}]
+    )
     agent = _agent_with(_middleware(recorder), model, tmp_path)
     result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
     assert result["messages"][-1].content == "ok"
@@ -207,8 +228,8 @@ async def test_retry_after_up_to_24_hours_is_honoured(tmp_path: Path) -> None:
 
 async def test_in_stream_error_is_retried_in_a_streamed_run(tmp_path: Path) -> None:
     recorder = Recorder()
-    model = StrictRecordingModel(
-        script=[
+    model = StrictRecordingModel.play(
+        [
             {
                 "content": "streamed answer here",
                 "errors": [{"kind": "stream", "message": "upstream [504]", "after_chunks": 1}],
@@ -231,7 +252,7 @@ async def test_in_stream_error_is_retried_in_a_streamed_run(tmp_path: Path) -> N
 
 def test_sync_run_uses_the_sync_sleeper(tmp_path: Path) -> None:
     recorder = Recorder()
-    model = StrictRecordingModel(script=[{"content": "sync ok", "errors": [{"kind": "connection"}]}])
+    model = StrictRecordingModel.play([{"content": "sync ok", "errors": [{"kind": "connection"}]}])
     agent = _agent_with(_middleware(recorder), model, tmp_path)
     result = agent.invoke({"messages": [HumanMessage("hi")]}, run_config())
     assert result["messages"][-1].content == "sync ok"
@@ -245,7 +266,7 @@ async def test_circuit_opens_fast_fails_then_a_probe_closes_it(tmp_path: Path) -
     clock = FakeClock()
     breaker = CircuitBreaker(failure_threshold=2, recovery_timeout=30.0, clock=clock)
     recorder = Recorder()
-    failing = StrictRecordingModel(script=[{"error": {"status": 503}}])
+    failing = StrictRecordingModel.play([{"error": {"status": 503}}])
     agent = _agent_with(_middleware(recorder, breaker=breaker, max_retries=0), failing, tmp_path)
     for _ in range(2):
         await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
@@ -256,7 +277,7 @@ async def test_circuit_opens_fast_fails_then_a_probe_closes_it(tmp_path: Path) -
     assert len(failing.requests) == 2  # the provider was not called
 
     clock.now += 30.0
-    healthy = StrictRecordingModel(script=[{"content": "back"}])
+    healthy = StrictRecordingModel.play([{"content": "back"}])
     agent = _agent_with(_middleware(recorder, breaker=breaker, max_retries=0), healthy, tmp_path)
     result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
     assert result["messages"][-1].content == "back"
@@ -267,7 +288,7 @@ async def test_failed_probe_reopens_and_retries_reenter_admission(tmp_path: Path
     clock = FakeClock()
     breaker = CircuitBreaker(failure_threshold=1, recovery_timeout=10.0, clock=clock)
     recorder = Recorder()
-    model = StrictRecordingModel(script=[{"error": {"status": 500}}])
+    model = StrictRecordingModel.play([{"error": {"status": 500}}])
     agent = _agent_with(_middleware(recorder, breaker=breaker, max_retries=3), model, tmp_path)
     result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
     # The first failure opened the circuit, so the retry was refused at admission.
@@ -383,4 +404,3 @@ def test_graph_bubble_up_propagates_untouched() -> None:
     with pytest.raises(GraphInterrupt):
         middleware.wrap_model_call(_request(), interrupt)
     assert calls == 1 and recorder.delays == [] and breaker.failures == 0
-

@@ -57,15 +57,25 @@ def test_tool_call_intent_in_every_field() -> None:
 
 def test_finish_reason_sources_and_bad_values() -> None:
     assert finish_reason(AIMessage("", response_metadata={"finish_reason": "LENGTH"})) == "length"
-    assert finish_reason(AIMessage("", response_metadata={"stop_reason": "max_tokens"})) == "max_tokens"
+    assert (
+        finish_reason(AIMessage("", response_metadata={"stop_reason": "max_tokens"}))
+        == "max_tokens"
+    )
     assert finish_reason(AIMessage("", response_metadata={"finish_reason": ["x"]})) is None
-    assert finish_reason(AIMessage("", additional_kwargs={"finish_reason": "content_filter"})) == "content_filter"
+    assert (
+        finish_reason(AIMessage("", additional_kwargs={"finish_reason": "content_filter"}))
+        == "content_filter"
+    )
     assert finish_reason(AIMessage("")) is None
     assert finish_reason(None) is None
 
 
 def test_append_visible_text_keeps_blocks() -> None:
-    blocks = [{"type": "reasoning", "reasoning": "r"}, {"type": []}, {"type": "text", "text": "partial"}]
+    blocks: list[Any] = [
+        {"type": "reasoning", "reasoning": "r"},
+        {"type": []},
+        {"type": "text", "text": "partial"},
+    ]
     message = AIMessage(content=blocks)
     appended = append_visible_text(message, "NOTICE")
     assert appended.content[:3] == blocks

@@ -9,6 +9,7 @@ model calls it in the same run.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import re
@@ -21,18 +22,22 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
 from auth.identity import resolve_runtime_user_id
-from middlewares.tool_output_budget import TOOL_OUTPUT_KEY, tool_output_filename
+from middlewares.tool_output_budget import (
+    TOOL_OUTPUT_KEY,
+    externalize_output,
+    tool_output_filename,
+)
 from middlewares.tool_transform_meta import tool_transforms
-from runtime.config import Settings
+from runtime.config import Settings, ToolOutputConfig
 from runtime.paths import VIRTUAL_OUTPUTS, thread_paths
-from tests.support.agents import make_agent, run_config
+from tests.support.agents import make_agent, run_config, settings_for
 from tests.support.strict_provider import StrictRecordingModel
 
 TWENTY_MB = 20 * 1024 * 1024
 
 
 def _settings(tmp_path: Path, **tool_output: Any) -> Settings:
-    return Settings(data_root=str(tmp_path / "data"), tool_output=tool_output)
+    return settings_for(tmp_path / "data", tool_output=tool_output)
 
 
 def _read_file_tool(settings: Settings) -> BaseTool:
@@ -56,7 +61,7 @@ def _read_file_tool(settings: Settings) -> BaseTool:
     return read_file
 
 
-def _host_path(settings: Settings, config: dict[str, Any], virtual: str) -> Path:
+def _host_path(settings: Settings, config: Any, virtual: str) -> Path:
     outputs = thread_paths(
         settings.data_root_path(),
         config["configurable"]["langgraph_auth_user_id"],
@@ -65,10 +70,15 @@ def _host_path(settings: Settings, config: dict[str, Any], virtual: str) -> Path
     return outputs / virtual[len(VIRTUAL_OUTPUTS) + 1 :]
 
 
+async def _read(path: Path) -> str:
+    """Read off the event loop (the in-process server's blocking-call guard may be on)."""
+    return await asyncio.to_thread(path.read_text, encoding="utf-8")
+
+
 def _twenty_mb_text() -> str:
     line = "log line {:08d}: the quick brown fox jumps over the lazy dog\n"
     count = TWENTY_MB // len(line.format(0)) + 1
-    return "".join(line.format(i) for i in range(count))[:TWENTY_MB - 7] + "\nEXIT 0"
+    return "".join(line.format(i) for i in range(count))[: TWENTY_MB - 7] + "\nEXIT 0"
 
 
 def _tool_message(messages: list[Any], call_id: str) -> ToolMessage:
@@ -84,12 +94,11 @@ async def test_twenty_megabytes_go_to_a_file_the_agent_can_read(tmp_path: Path) 
         """Print a lot of logs."""
         return big_text
 
-    virtual = (
-        f"{VIRTUAL_OUTPUTS}/.tool-results/"
-        + tool_output_filename("dump_logs", "call_dump", big_text, "txt")
+    virtual = f"{VIRTUAL_OUTPUTS}/.tool-results/" + tool_output_filename(
+        "dump_logs", "call_dump", big_text, "txt"
     )
-    model = StrictRecordingModel(
-        script=[
+    model = StrictRecordingModel.play(
+        [
             {"tool_calls": [{"name": "dump_logs", "args": {}, "id": "call_dump"}]},
             {
                 "tool_calls": [
@@ -121,9 +130,9 @@ async def test_twenty_megabytes_go_to_a_file_the_agent_can_read(tmp_path: Path) 
     assert stored.additional_kwargs["deerflow_tool_receipt"]["output_bytes"] == len(big_text)
 
     host = _host_path(settings, config, virtual)
-    assert host.read_text(encoding="utf-8") == big_text
+    assert await _read(host) == big_text
     assert ".tool-results" in host.parts and "alice" in host.parts
-    assert not list(host.parent.glob(".tool-output-*.tmp"))
+    assert not await asyncio.to_thread(lambda: list(host.parent.glob(".tool-output-*.tmp")))
 
     read_back = _tool_message(result["messages"], "call_read")
     assert read_back.content == "".join(big_text.splitlines(keepends=True)[2:4])
@@ -153,14 +162,16 @@ def _line_counts(text: str) -> set[str]:
     return {f"{n:,}" for n in (physical, physical + 1, nonblank, nonblank - 1)}
 
 
-async def _run_tool(settings: Settings, output: Any, *, name: str = "export") -> tuple[ToolMessage, Any]:
+async def _run_tool(
+    settings: Settings, output: Any, *, name: str = "export"
+) -> tuple[ToolMessage, Any]:
     @tool(name)
     async def producer() -> Any:
         """Produce a fixed output (test tool)."""
         return output
 
-    model = StrictRecordingModel(
-        script=[{"tool_calls": [{"name": name, "args": {}, "id": "call_out"}]}, {"content": "ok"}]
+    model = StrictRecordingModel.play(
+        [{"tool_calls": [{"name": name, "args": {}, "id": "call_out"}]}, {"content": "ok"}]
     )
     agent = make_agent(model, [producer], settings=settings)
     config = run_config()
@@ -170,19 +181,21 @@ async def _run_tool(settings: Settings, output: Any, *, name: str = "export") ->
 
 async def test_six_megabyte_csv_count_is_undetermined_never_a_line_count(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    text, rows = _csv_with_multiline_records(6 * 1024 * 1024)
+    text, _rows = _csv_with_multiline_records(6 * 1024 * 1024)
     assert len(text.encode()) > 5_000_000
-    message, (model, config) = await _run_tool(settings, text)
+    message, (_model, config) = await _run_tool(settings, text)
     synopsis = str(message.content)
     assert "CSV table, 4 columns (id, name, comment, score)" in synopsis
-    assert "record count undetermined: the table exceeds the 5,000,000-byte counting guard" in synopsis
+    assert (
+        "record count undetermined: the table exceeds the 5,000,000-byte counting guard" in synopsis
+    )
     header = synopsis.split("--- head", 1)[0]
     for count in _line_counts(text):
         assert count not in header
     assert message.additional_kwargs[TOOL_OUTPUT_KEY]["records"] is None
     path = message.additional_kwargs[TOOL_OUTPUT_KEY]["virtual_path"]
     assert path.endswith(".csv")
-    assert _host_path(settings, config, path).read_text(encoding="utf-8") == text
+    assert await _read(_host_path(settings, config, path)) == text
 
 
 async def test_csv_under_the_guard_counts_logical_records(tmp_path: Path) -> None:
@@ -199,18 +212,22 @@ async def test_tsv_is_recognised(tmp_path: Path) -> None:
     settings = _settings(tmp_path, max_chars=1_000)
     text = "a\tb\tc\n" + "".join(f"{i}\tx{i}\ty\n" for i in range(500))
     message, _ = await _run_tool(settings, text)
-    assert "TSV table, 3 columns (a, b, c); 500 records excluding the header" in str(message.content)
+    assert "TSV table, 3 columns (a, b, c); 500 records excluding the header" in str(
+        message.content
+    )
 
 
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ("id,blob\n1,ok\n2,ok\n3,\"" + "x" * 200_000 + "\"\n", "field larger than field limit"),
-        ("id,val\n1,a\n2,b\n3,\"unterminated\n" + "4,c\n" * 5000, "unexpected end of data"),
-        ("id,val\n1,a\n2,b\n3,\"q\"tail\n" + "4,c\n" * 5000, "expected after"),
+        ('id,blob\n1,ok\n2,ok\n3,"' + "x" * 200_000 + '"\n', "field larger than field limit"),
+        ('id,val\n1,a\n2,b\n3,"unterminated\n' + "4,c\n" * 5000, "unexpected end of data"),
+        ('id,val\n1,a\n2,b\n3,"q"tail\n' + "4,c\n" * 5000, "expected after"),
     ],
 )
-async def test_parse_errors_give_an_undetermined_count(tmp_path: Path, text: str, reason: str) -> None:
+async def test_parse_errors_give_an_undetermined_count(
+    tmp_path: Path, text: str, reason: str
+) -> None:
     settings = _settings(tmp_path, max_chars=1_000)
     message, _ = await _run_tool(settings, text)
     header = str(message.content).split("--- head", 1)[0]
@@ -229,16 +246,19 @@ async def test_write_failure_falls_back_inline_with_a_note(tmp_path: Path) -> No
     outputs = thread_paths(
         settings.data_root_path(), "alice", config["configurable"]["thread_id"]
     ).outputs
-    outputs.parent.mkdir(parents=True)
-    outputs.write_text("not a directory")
+    await asyncio.to_thread(outputs.parent.mkdir, parents=True)
+    await asyncio.to_thread(outputs.write_text, "not a directory")
 
     @tool
     async def export() -> str:
         """Produce a big output (test tool)."""
         return text
 
-    model = StrictRecordingModel(
-        script=[{"tool_calls": [{"name": "export", "args": {}, "id": "call_out"}]}, {"content": "ok"}]
+    model = StrictRecordingModel.play(
+        [
+            {"tool_calls": [{"name": "export", "args": {}, "id": "call_out"}]},
+            {"content": "ok"},
+        ]
     )
     agent = make_agent(model, [export], settings=settings)
     result = await agent.ainvoke({"messages": [HumanMessage("go")]}, config)
@@ -272,19 +292,26 @@ async def test_mixed_media_result_keeps_its_image(tmp_path: Path) -> None:
     text_blocks = [b for b in message.content if isinstance(b, dict) and b.get("type") == "text"]
     assert len(text_blocks) == 1 and "was saved to" in text_blocks[0]["text"]
     saved = message.additional_kwargs[TOOL_OUTPUT_KEY]["virtual_path"]
-    assert _host_path(settings, config, saved).read_text() == "caption " * 500
+    assert await _read(_host_path(settings, config, saved)) == "caption " * 500
 
 
-async def test_identical_output_reuses_one_file(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, max_chars=1_000)
-    first, (_, config) = await _run_tool(settings, "same\n" * 1000)
-    path = first.additional_kwargs[TOOL_OUTPUT_KEY]["virtual_path"]
-    assert path == (
-        f"{VIRTUAL_OUTPUTS}/.tool-results/" + tool_output_filename("export", "call_out", "same\n" * 1000, "txt")
+def test_identical_output_reuses_one_file_and_ids_never_leak(tmp_path: Path) -> None:
+    config = ToolOutputConfig()
+    outputs = tmp_path / "outputs"
+    kwargs: dict[str, Any] = {"tool_name": "export", "outputs_dir": outputs, "config": config}
+    first = externalize_output("same\n" * 1000, tool_call_id="call/../x", **kwargs)
+    again = externalize_output("same\n" * 1000, tool_call_id="call/../x", **kwargs)
+    other_id = externalize_output("same\n" * 1000, tool_call_id="call_other", **kwargs)
+    other_text = externalize_output("different\n" * 1000, tool_call_id="call/../x", **kwargs)
+    assert first.virtual_path == again.virtual_path
+    assert len({first.virtual_path, other_id.virtual_path, other_text.virtual_path}) == 3
+    files = sorted(p.name for p in (outputs / ".tool-results").iterdir())
+    assert len(files) == 3 and not any("call" in name or ".tmp" in name for name in files)
+    # A missing id and an empty id are the same (length-prefixed) and differ from "0:".
+    assert tool_output_filename("t", None, "x", "txt") == tool_output_filename("t", "", "x", "txt")
+    assert tool_output_filename("t", "a", "bx", "txt") != tool_output_filename(
+        "t", "ab", "x", "txt"
     )
-    other = tool_output_filename("export", "call_other", "same\n" * 1000, "txt")
-    assert other != path.rsplit("/", 1)[1]
-    assert not re.search(r"call_out", path)
 
 
 async def test_exempt_tools_are_not_budgeted(tmp_path: Path) -> None:
@@ -304,7 +331,7 @@ async def test_oversized_message_from_an_old_checkpoint_is_budgeted_in_the_reque
         ToolMessage(huge, tool_call_id="old", name="bash"),
         HumanMessage("and now"),
     ]
-    model = StrictRecordingModel(script=[{"content": "x"}, {"content": "answer"}])
+    model = StrictRecordingModel.play([{"content": "x"}, {"content": "answer"}])
     agent = make_agent(model, [], settings=settings)
     config = run_config()
     result = await agent.ainvoke({"messages": history}, config)
@@ -313,7 +340,7 @@ async def test_oversized_message_from_an_old_checkpoint_is_budgeted_in_the_reque
     assert "was saved to" in str(sent.content) and len(str(sent.content)) < 8_000
     virtual = re.search(r"(/mnt/user-data/outputs/\S+\.txt)", str(sent.content))
     assert virtual is not None
-    assert _host_path(settings, config, virtual.group(1)).read_text() == huge
+    assert await _read(_host_path(settings, config, virtual.group(1))) == huge
 
 
 async def test_superseded_writes_are_elided_in_the_request_only(tmp_path: Path) -> None:
@@ -331,7 +358,7 @@ async def test_superseded_writes_are_elided_in_the_request_only(tmp_path: Path) 
     call("write_file", "w3", path="/mnt/user-data/workspace/b.txt", content=body + "v2")
     history.append(HumanMessage("done?"))
     turns = sum(1 for m in history if isinstance(m, AIMessage))
-    model = StrictRecordingModel(script=[{"content": "-"}] * turns + [{"content": "yes"}])
+    model = StrictRecordingModel.play([{"content": "-"}] * turns + [{"content": "yes"}])
     agent = make_agent(model, [], settings=settings)
     result = await agent.ainvoke({"messages": history}, run_config())
     sent = {
@@ -339,8 +366,14 @@ async def test_superseded_writes_are_elided_in_the_request_only(tmp_path: Path) 
         for m in model.requests[-1]
         if isinstance(m, AIMessage) and m.tool_calls
     }
-    assert sent["w1"]["content"].startswith("[elided: 500 characters written to /mnt/user-data/workspace/a.txt")
+    assert sent["w1"]["content"].startswith(
+        "[elided: 500 characters written to /mnt/user-data/workspace/a.txt"
+    )
     assert sent["w2"]["content"].startswith("[elided:")
     assert sent["w3"]["content"] == body + "v2"  # the newest write is kept
-    stored = next(m for m in result["messages"] if isinstance(m, AIMessage) and m.tool_calls and m.tool_calls[0]["id"] == "w1")
+    stored = next(
+        m
+        for m in result["messages"]
+        if isinstance(m, AIMessage) and m.tool_calls and m.tool_calls[0]["id"] == "w1"
+    )
     assert stored.tool_calls[0]["args"]["content"] == body

@@ -59,7 +59,9 @@ def test_recognition_uses_a_bounded_sample() -> None:
 
 
 def test_json_and_text_descriptions() -> None:
-    assert describe_output('{"a": 1, "b": [1, 2]}').description.startswith("JSON object with 2 top-level keys")
+    assert describe_output('{"a": 1, "b": [1, 2]}').description.startswith(
+        "JSON object with 2 top-level keys"
+    )
     assert describe_output("[1, 2, 3]").description == "JSON array with 3 items"
     assert describe_output("one\ntwo\n").description == "text, 2 lines"
 

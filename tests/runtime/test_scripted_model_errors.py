@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import openai
 import pytest
@@ -18,9 +20,13 @@ from runtime.scripted_model import (
 )
 
 
+def _scripted(script: list[Any]) -> ScriptedChatModel:
+    return ScriptedChatModel.model_validate({"script": script})
+
+
 def test_old_script_shape_still_plays() -> None:
-    model = ScriptedChatModel(
-        script=[
+    model = _scripted(
+        [
             {"tool_calls": [{"name": "bash", "args": {"command": "ls"}}]},
             {"content": "done"},
         ]
@@ -33,8 +39,8 @@ def test_old_script_shape_still_plays() -> None:
 
 
 def test_errors_are_consumed_per_attempt_then_the_turn_answers() -> None:
-    model = ScriptedChatModel(
-        script=[
+    model = _scripted(
+        [
             {
                 "content": "recovered",
                 "errors": [{"status": 429, "retry_after": "7"}, {"kind": "timeout"}],
@@ -51,15 +57,15 @@ def test_errors_are_consumed_per_attempt_then_the_turn_answers() -> None:
 
 
 def test_persistent_error_raises_every_time() -> None:
-    model = ScriptedChatModel(script=[{"error": {"status": 500}}])
+    model = _scripted([{"error": {"status": 500}}])
     for _ in range(3):
         with pytest.raises(ScriptedProviderError):
             model.invoke([HumanMessage("x")])
 
 
 async def test_in_stream_error_after_some_chunks() -> None:
-    model = ScriptedChatModel(
-        script=[
+    model = _scripted(
+        [
             {
                 "content": "one two three four",
                 "errors": [{"kind": "stream", "code": 504, "after_chunks": 2}],
@@ -81,7 +87,9 @@ def test_real_sdk_exception_classes() -> None:
     assert rate.response.headers["retry-after"] == "3"
     overloaded = make_provider_error(ScriptedError(status=529, sdk="anthropic"))
     assert isinstance(overloaded, anthropic.OverloadedError)
-    assert isinstance(make_provider_error(ScriptedError(kind="timeout", sdk="openai")), openai.APITimeoutError)
+    assert isinstance(
+        make_provider_error(ScriptedError(kind="timeout", sdk="openai")), openai.APITimeoutError
+    )
     assert isinstance(
         make_provider_error(ScriptedError(kind="connection", sdk="anthropic")),
         anthropic.APIConnectionError,
@@ -89,12 +97,14 @@ def test_real_sdk_exception_classes() -> None:
     streamed = make_provider_error(ScriptedError(kind="stream", sdk="openai", type="server_error"))
     assert isinstance(streamed, openai.APIError)
     assert streamed.type == "server_error"
-    assert isinstance(make_provider_error(ScriptedError(kind="connection")), ScriptedConnectionError)
+    assert isinstance(
+        make_provider_error(ScriptedError(kind="connection")), ScriptedConnectionError
+    )
 
 
 def test_odd_shapes_content_blocks_invalid_calls_finish_reasons() -> None:
-    model = ScriptedChatModel(
-        script=[
+    model = _scripted(
+        [
             {
                 "content": [{"type": [], "text": "x"}, {"type": "text", "text": "visible"}],
                 "response_metadata": {"finish_reason": "content_filter"},
@@ -115,8 +125,8 @@ def test_odd_shapes_content_blocks_invalid_calls_finish_reasons() -> None:
 
 
 async def test_streamed_odd_shapes_match_invoke() -> None:
-    model = ScriptedChatModel(
-        script=[
+    model = _scripted(
+        [
             {"content": [{"type": {"k": 1}}, {"type": "text", "text": "hi"}]},
         ]
     )

@@ -25,10 +25,12 @@ from runtime.config import ModelConfig, Settings
 from runtime.run_options import resolve_run_options
 from runtime.state import ThreadState
 
-__all__ = ["chain_for", "make_agent", "run_config"]
+__all__ = ["chain_for", "make_agent", "run_config", "settings_for"]
 
 
-def chain_for(settings: Settings, *, model_name: str = "scripted") -> list[AgentMiddleware[Any, Any]]:
+def chain_for(
+    settings: Settings, *, model_name: str = "scripted"
+) -> list[AgentMiddleware[Any, Any]]:
     """The lead chain assembled from ``settings``."""
     options = resolve_run_options(None)
     entry = ModelConfig(name=model_name, use="runtime.scripted_model:ScriptedChatModel")
@@ -64,3 +66,11 @@ def run_config(thread_id: str | None = None, *, user_id: str = "alice") -> Runna
             "langgraph_auth_user_id": user_id,
         }
     }
+
+
+def settings_for(data_root: Any = None, **sections: Any) -> Settings:
+    """Settings from plain dicts (validated like a config file), data under ``data_root``."""
+    data: dict[str, Any] = dict(sections)
+    if data_root is not None:
+        data["data_root"] = str(data_root)
+    return Settings.model_validate(data)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -46,7 +46,9 @@ def _ai_call_problems(index: int, message: AIMessage) -> tuple[list[str], list[s
             continue
         ids.append(call_id)
         if not isinstance(call.get("name"), str) or not _NAME.match(call["name"]):
-            problems.append(f"[{index}] tool call {call_id} has an invalid name {call.get('name')!r}")
+            problems.append(
+                f"[{index}] tool call {call_id} has an invalid name {call.get('name')!r}"
+            )
         if not isinstance(call.get("args"), dict):
             problems.append(f"[{index}] tool call {call_id} arguments are not an object")
         else:
@@ -67,7 +69,9 @@ def _ai_call_problems(index: int, message: AIMessage) -> tuple[list[str], list[s
                     continue
                 raw_ids.append(entry.get("id"))
                 if not isinstance(function.get("name"), str) or not _NAME.match(function["name"]):
-                    problems.append(f"[{index}] raw tool call has an invalid name {function.get('name')!r}")
+                    problems.append(
+                        f"[{index}] raw tool call has an invalid name {function.get('name')!r}"
+                    )
                 try:
                     parsed = json.loads(function.get("arguments") or "")
                 except (TypeError, ValueError):
@@ -77,7 +81,9 @@ def _ai_call_problems(index: int, message: AIMessage) -> tuple[list[str], list[s
             if not message.tool_calls:
                 ids = [i for i in raw_ids if isinstance(i, str)]
             elif raw_ids != ids:
-                problems.append(f"[{index}] raw tool_calls ids {raw_ids} disagree with tool_calls {ids}")
+                problems.append(
+                    f"[{index}] raw tool_calls ids {raw_ids} disagree with tool_calls {ids}"
+                )
     if len(set(ids)) != len(ids):
         problems.append(f"[{index}] duplicate tool call ids {ids}")
     return problems, ids
@@ -93,7 +99,9 @@ def check_strict_request(messages: Sequence[BaseMessage]) -> list[str]:
     while index < len(messages):
         message = messages[index]
         if isinstance(message, ToolMessage):
-            problems.append(f"[{index}] tool message {message.tool_call_id!r} answers no preceding call")
+            problems.append(
+                f"[{index}] tool message {message.tool_call_id!r} answers no preceding call"
+            )
             index += 1
             continue
         if not isinstance(message, AIMessage):
@@ -104,7 +112,9 @@ def check_strict_request(messages: Sequence[BaseMessage]) -> list[str]:
         index += 1
         for expected in ids:
             if index >= len(messages) or not isinstance(messages[index], ToolMessage):
-                problems.append(f"[{index}] tool call {expected} is not answered right after its AI message")
+                problems.append(
+                    f"[{index}] tool call {expected} is not answered right after its AI message"
+                )
                 break
             answer = messages[index]
             assert isinstance(answer, ToolMessage)
@@ -121,6 +131,11 @@ class StrictRecordingModel(ScriptedChatModel):
 
     strict: bool = True
     _requests: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
+
+    @classmethod
+    def play(cls, script: Sequence[Mapping[str, Any]], **fields: Any) -> StrictRecordingModel:
+        """A model for ``script`` given as plain dicts (validated like a config's)."""
+        return cls.model_validate({"script": [dict(turn) for turn in script], **fields})
 
     @property
     def requests(self) -> list[list[BaseMessage]]:

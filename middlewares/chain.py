@@ -75,7 +75,9 @@ def build_lead_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[
     # 9 LLMErrorHandling (llm_error_handling.enabled, default on).
     if settings.llm_error_handling.enabled:
         chain.append(
-            LLMErrorHandlingMiddleware.from_config(settings.llm_error_handling, inputs.model)
+            LLMErrorHandlingMiddleware.from_config(
+                settings.llm_error_handling, inputs.model, scope=str(settings.data_root_path())
+            )
         )
     # 15 ToolReceipt (verification.receipts_enabled): the outermost tool wrapper of the
     # guard segment, so it must stay ahead of 11 Authorization/Guardrail, 12 SandboxAudit,

@@ -33,6 +33,7 @@ Clock and sleep are injectable, so tests never sleep.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
 import re
@@ -400,13 +401,18 @@ class LLMErrorHandlingMiddleware(AgentMiddleware[Any, Any]):
 
     @classmethod
     def from_config(
-        cls, config: LLMErrorHandlingConfig, model: ModelConfig
+        cls, config: LLMErrorHandlingConfig, model: ModelConfig, *, scope: str = ""
     ) -> LLMErrorHandlingMiddleware:
-        """The middleware for one model entry, sharing that entry's process-wide breaker."""
+        """The middleware for one model entry, sharing that entry's process-wide breaker.
+
+        The breaker key is the entry's full definition (so editing the entry starts
+        a fresh breaker) plus ``scope`` (the deployment's data root).
+        """
         breaker = None
         if config.circuit_breaker.enabled:
+            definition = hashlib.sha256(model.model_dump_json().encode()).hexdigest()[:16]
             breaker = get_circuit_breaker(
-                model.name,
+                f"{model.name}|{definition}|{scope}",
                 failure_threshold=config.circuit_breaker.failure_threshold,
                 recovery_timeout=config.circuit_breaker.recovery_timeout,
             )

@@ -33,7 +33,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from middlewares._tool_results import OFF_LOOP_CHARS, map_tool_messages, result_text_size, with_text
-from middlewares.input_sanitization import is_genuine_user_message
+from middlewares.input_sanitization import ORIGINAL_USER_CONTENT_KEY, is_genuine_user_message
 from middlewares.tool_result_sanitization import is_remote_content_tool
 from middlewares.tool_transform_meta import append_tool_transform
 from runtime.config import PiiRedactionConfig
@@ -219,6 +219,19 @@ class PiiRedactionMiddleware(AgentMiddleware[Any, Any]):
 
         if isinstance(message, ToolMessage):
             return with_text(message, rewrite), totals
+        kwargs = message.additional_kwargs or {}
+        original = kwargs.get(ORIGINAL_USER_CONTENT_KEY)
+        if isinstance(original, str):
+            redacted_original = rewrite(original)
+            if redacted_original != original:
+                message = message.model_copy(
+                    update={
+                        "additional_kwargs": {
+                            **kwargs,
+                            ORIGINAL_USER_CONTENT_KEY: redacted_original,
+                        }
+                    }
+                )
         content = message.content
         if isinstance(content, str):
             new: Any = rewrite(content)

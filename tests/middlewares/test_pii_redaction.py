@@ -102,3 +102,15 @@ def test_unknown_detector_is_an_error() -> None:
 def test_redaction_is_idempotent_on_placeholders() -> None:
     once = redact_text(USER_TEXT)
     assert redact_text(once) == once
+
+
+async def test_original_user_content_copy_is_redacted_too(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path, pii_redaction={"enabled": True})
+    model = StrictRecordingModel.play([{"content": "ok"}])
+    agent = make_agent(model, [], settings=settings)
+    text = "<system-reminder>x</system-reminder> write to jane@example.com"
+    await agent.ainvoke({"messages": [HumanMessage(text)]}, run_config())
+    sent = next(m for m in model.requests[0] if isinstance(m, HumanMessage))
+    assert "jane@example.com" not in str(sent.content)
+    assert "jane@example.com" not in sent.additional_kwargs["original_user_content"]
+    assert "[EMAIL_" in sent.additional_kwargs["original_user_content"]

@@ -109,3 +109,9 @@ def test_breaker_is_shared_per_model_entry_across_builds() -> None:
         m for m in build_middlewares(_inputs()) if isinstance(m, LLMErrorHandlingMiddleware)
     )
     assert first is not second and first.breaker is second.breaker is not None
+    other_root = next(
+        m
+        for m in build_middlewares(_inputs(data_root="/elsewhere"))
+        if isinstance(m, LLMErrorHandlingMiddleware)
+    )
+    assert other_root.breaker is not first.breaker

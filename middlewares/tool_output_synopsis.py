@@ -129,19 +129,35 @@ class _GuardExceeded(Exception):
     pass
 
 
-def _lines_within_guard(text: str, guard: int) -> Iterator[str]:
-    consumed = 0
+def _lines(text: str) -> Iterator[str]:
+    """The text's lines, one slice at a time (never a full list of lines)."""
     start = 0
     end_of_text = len(text)
     while start < end_of_text:
         end = text.find("\n", start)
         end = end_of_text if end == -1 else end + 1
-        line = text[start:end]
-        consumed += len(line.encode("utf-8", "surrogatepass"))
+        yield text[start:end]
+        start = end
+
+
+def _guarded_lines(text: str, guard: int) -> Iterator[str]:
+    consumed = 0
+    for line in _lines(text):
+        consumed += len(line) if line.isascii() else len(line.encode("utf-8", "surrogatepass"))
         if consumed > guard:
             raise _GuardExceeded
         yield line
-        start = end
+
+
+def _lines_within_guard(text: str, guard: int) -> Iterator[str]:
+    """Lines while the UTF-8 bytes consumed stay within ``guard``, else ``_GuardExceeded``.
+
+    ASCII text (one byte per character) and text too short to reach the guard
+    even at four bytes per character need no per-line byte count.
+    """
+    if (text.isascii() and len(text) <= guard) or len(text) * 4 <= guard:
+        return iter(io.StringIO(text))
+    return _guarded_lines(text, guard)
 
 
 def count_table_records(

@@ -124,5 +124,5 @@ def test_image_installs_the_project_packages() -> None:
 
 def test_dockerignore_keeps_secrets_and_local_state_out() -> None:
     ignored = (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
-    for entry in (".env", ".venv", ".git", ".langgraph_api", ".deer-flow", "config.yaml"):
+    for entry in (".env", ".venv", ".git", ".langgraph_api", ".deer-flow"):
         assert entry in ignored, entry

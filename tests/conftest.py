@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,14 +72,18 @@ def lg_client(lg_server: Any) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
-    """Factory: ``dev_server(env={...})`` starts ``langgraph dev``; stopped at teardown."""
+def dev_server(tmp_path: Path) -> Iterator[Callable[..., Awaitable[DevServer]]]:
+    """Async factory: ``await dev_server(env={...})`` starts ``langgraph dev``.
+
+    Async because the in-process server's blocking-call detector is active in the
+    test process; read its log with ``await server.alog()``. Stopped at teardown.
+    """
     started: list[DevServer] = []
 
-    def start(env: Mapping[str, str] | None = None) -> DevServer:
+    async def start(env: Mapping[str, str] | None = None) -> DevServer:
         server = DevServer(tmp_path / f"langgraph-dev-{len(started)}.log", env=env)
         started.append(server)
-        return server.start()
+        return await server.astart()
 
     yield start
     for server in started:

@@ -9,6 +9,7 @@ internals; its version range is pinned in ``pyproject.toml``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -183,6 +184,15 @@ class DevServer:
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"langgraph dev did not answer /ok on {self.url}:\n{self.log()}")
+
+    async def astart(self, timeout: float = 60.0) -> DevServer:
+        """``start`` in a worker thread: the in-process server's blocking-call
+        detector (blockbuster) is active in the test process, and starting a
+        subprocess and polling it block."""
+        return await asyncio.to_thread(self.start, timeout)
+
+    async def alog(self) -> str:
+        return await asyncio.to_thread(self.log)
 
     def log(self) -> str:
         try:

@@ -9,7 +9,9 @@ internals; its version range is pinned in ``pyproject.toml``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import signal
@@ -27,6 +29,7 @@ from langgraph_sdk.client import LangGraphClient
 __all__ = [
     "PROJECT_ROOT",
     "DevServer",
+    "RequestScopedASGITransport",
     "asgi_client",
     "free_port",
     "in_process_server",
@@ -52,10 +55,8 @@ def _absolute(spec: str) -> str:
 def _absolute_paths(value: Any, key: str = "") -> Any:
     if isinstance(value, dict):
         return {k: _absolute_paths(v, k) for k, v in value.items()}
-    if (
-        (isinstance(value, str)
-        and key in {"path", "app"})
-        or (isinstance(value, str) and value.startswith("./") and ".py:" in value)
+    if (isinstance(value, str) and key in {"path", "app"}) or (
+        isinstance(value, str) and value.startswith("./") and ".py:" in value
     ):
         return _absolute(value)
     return value
@@ -112,10 +113,25 @@ async def in_process_server(overrides: Mapping[str, Any] | None = None) -> Async
         yield app
 
 
+class RequestScopedASGITransport(httpx.ASGITransport):
+    """Runs each request in its own task and context, as a real server does.
+
+    The server keeps the authenticated user in a ContextVar that it never
+    resets; over a plain ``ASGITransport`` the app runs in the caller's task,
+    so one request's user would leak into the next request of another client.
+    """
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        parent = super()
+        return await asyncio.create_task(
+            parent.handle_async_request(request), context=contextvars.copy_context()
+        )
+
+
 def asgi_client(app: Any, *, headers: Mapping[str, str] | None = None) -> LangGraphClient:
     """A ``langgraph_sdk`` client that talks to ``app`` over ASGI (auth enforced)."""
     http = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app),
+        transport=RequestScopedASGITransport(app=app),
         base_url="http://deerflow.test",
         headers=dict(headers or {}),
         timeout=60,

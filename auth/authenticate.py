@@ -4,7 +4,7 @@ The mode is resolved per request from the cached settings, so a config change
 (or a test's ``use_config``) takes effect on the next request. Failures raise
 ``Auth.exceptions.HTTPException``: 401 with a short reason for bad credentials,
 403 when the server refuses to serve at all (mode ``none`` outside
-``langgraph dev``), 500 when the auth config itself is invalid.
+``langgraph dev``, or an invalid config).
 """
 
 from __future__ import annotations
@@ -53,13 +53,18 @@ def is_langgraph_dev() -> bool:
 
 
 async def load_auth_settings() -> Settings:
-    """The settings, or 500 when the config is invalid (fail closed, say why in the log)."""
+    """The settings, or 403 when the config is invalid (fail closed, say why in the log).
+
+    403, not 500: the server's auth middleware only turns 401/403 into a clean
+    response; any other status from the authenticate handler becomes an
+    unhandled error.
+    """
     try:
         return await aget_settings()
     except ConfigError as exc:
         logger.error("auth refuses requests: the configuration is invalid: %s", exc)
         raise Auth.exceptions.HTTPException(
-            status_code=500, detail="server configuration is invalid"
+            status_code=403, detail="server configuration is invalid; see the server log"
         ) from None
 
 

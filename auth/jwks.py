@@ -55,6 +55,7 @@ class _Entry:
     keys: dict[str | None, jwt.PyJWK] = field(default_factory=dict)
     fetched_at: float = float("-inf")
     attempted_at: float = float("-inf")
+    attempts: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -106,7 +107,9 @@ class JwksCache:
         """
         entry = self._entries.setdefault(url, _Entry())
         now = self._clock()
-        if now - entry.fetched_at >= ttl and now - entry.attempted_at >= self._retry:
+        if now - entry.fetched_at >= ttl and (
+            entry.lock.locked() or now - entry.attempted_at >= self._retry
+        ):
             await self._refresh(url, entry, reason="expired")
         if not entry.keys:
             raise JwksError("no signing keys are available")
@@ -127,23 +130,25 @@ class JwksCache:
         return None
 
     async def _refresh(self, url: str, entry: _Entry, *, reason: str) -> None:
-        started = self._clock()
+        seen = entry.attempts
         async with entry.lock:
-            if entry.attempted_at >= started:
+            if entry.attempts != seen:
                 return  # another request refreshed (or tried to) while we waited
             entry.attempted_at = self._clock()
             try:
                 keys = _parse(await self._fetch(url))
-            except JwksError as exc:
+            except Exception as exc:  # any failure: keep stale keys or fail closed
                 stale_for = self._clock() - entry.fetched_at
                 if entry.keys and stale_for < self._max_stale:
                     logger.warning("JWKS refresh (%s) failed, keeping cached keys: %s", reason, exc)
-                    return
-                entry.keys = {}
-                logger.error("JWKS refresh (%s) failed: %s", reason, exc)
-                return
-            entry.keys = keys
-            entry.fetched_at = self._clock()
+                else:
+                    entry.keys = {}
+                    logger.error("JWKS refresh (%s) failed: %s", reason, exc)
+            else:
+                entry.keys = keys
+                entry.fetched_at = self._clock()
+            finally:
+                entry.attempts += 1
 
 
 jwks_cache = JwksCache()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from auth.api_keys import hash_api_key
+from auth.jwks import jwks_cache
 from tests.auth.conftest import OTHER_SECRET, SECRET, bearer, token
+from tests.auth.jwks_server import KEY_A, KEY_B, JwksServer, sign
 
 pytestmark = pytest.mark.server
 
@@ -55,7 +57,10 @@ async def test_default_config_is_the_local_user_under_dev(raw: Callable[..., Any
         ({"Authorization": f"Bearer {token('default')}"}, "reserved identity"),
         ({"Authorization": f"Bearer {token('studio:alice')}"}, "reserved identity"),
         (
-            {"Authorization": "Bearer " + jwt.encode({"sub": "alice", "exp": 2**31}, None, "none")},
+            {
+                "Authorization": "Bearer "
+                + jwt.encode({"sub": "alice", "exp": 2**31}, cast(Any, None), "none")
+            },
             "unsupported token algorithm",
         ),
     ],
@@ -187,3 +192,26 @@ async def test_openapi_declares_the_security_schemes(raw: Callable[..., Any]) ->
     assert schemes["BearerAuth"]["scheme"] == "bearer"
     assert schemes["ApiKeyAuth"]["name"] == "x-api-key"
     assert {"BearerAuth": []} in spec["security"]
+
+
+async def test_jwks_keys_through_the_server(
+    configure: Callable[..., Any], raw: Callable[..., Any]
+) -> None:
+    jwks_cache.clear()
+    with JwksServer() as jwks:
+        configure(auth={"jwt": {"jwks_url": jwks.url, "issuer": "https://idp.test"}})
+        now = int(time.time())
+        good = jwt.encode(
+            {"sub": "erin", "iss": "https://idp.test", "exp": now + 60},
+            KEY_A,
+            "RS256",
+            headers={"kid": "a"},
+        )
+        async with raw({"Authorization": f"Bearer {good}"}) as client:
+            me = (await client.get("/auth/whoami")).json()
+        assert (me["identity"], me["auth_mode"]) == ("erin", "jwt")
+        assert await _status(raw, {"Authorization": f"Bearer {sign(KEY_B, 'b')}"}) == (
+            401,
+            {"detail": "unknown signing key"},
+        )
+    jwks_cache.clear()

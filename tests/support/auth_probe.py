@@ -36,7 +36,7 @@ def _write(path: Any, text: str) -> None:
 
 
 @tool
-async def auth_probe(runtime: ToolRuntime) -> str:
+async def auth_probe(runtime: ToolRuntime[Any, Any]) -> str:
     """Report the run's user and inputs (a test tool)."""
     user_id = resolve_runtime_user_id(runtime)
     configurable = runtime.config.get("configurable") or {}

@@ -10,6 +10,7 @@ internals; its version range is pinned in ``pyproject.toml``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import json
@@ -122,9 +123,8 @@ class RequestScopedASGITransport(httpx.ASGITransport):
     """
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        parent = super()
         return await asyncio.create_task(
-            parent.handle_async_request(request), context=contextvars.copy_context()
+            super().handle_async_request(request), context=contextvars.copy_context()
         )
 
 
@@ -161,6 +161,21 @@ class DevServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> DevServer:
+        """Start and wait for ``/ok``; safe to call from an async test.
+
+        Once the in-process server has started, its BlockBuster guards this
+        whole process: blocking calls (subprocess, sleep) made on the event
+        loop's thread raise. So when a loop is running, start in a worker
+        thread and wait for it (waiting on a thread is allowed).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._start(timeout)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(self._start, timeout).result()
+
+    def _start(self, timeout: float) -> DevServer:
         env = {**os.environ, **self.env}
         env.update(
             LANGGRAPH_CLI_NO_ANALYTICS="1",

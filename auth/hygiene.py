@@ -5,8 +5,9 @@ The spec's "Gateway strips caller-supplied values" happens here, in the
 place) the run's ``kwargs`` before the server stores the run:
 
 - ``context`` and ``config.configurable``: ``__``-prefixed keys, identity and
-  role overrides (``user_id``, ``user_role``, ``is_internal``) and
-  ``langgraph_auth_*`` keys.
+  role overrides (``user_id``, ``user_role``, ``is_internal``),
+  ``langgraph_auth_*`` keys, and the run's ids (``thread_id``, ``run_id``,
+  ``assistant_id``, ``graph_id``), which the server sets itself.
 - input messages (and ``command.update`` messages): the server-owned
   provenance ``additional_kwargs.original_user_content`` and every
   ``additional_kwargs.deerflow_*`` key (``deerflow_content_kind``,
@@ -38,7 +39,12 @@ __all__ = [
     "strip_reserved",
 ]
 
-RESERVED_CONTEXT_KEYS = frozenset({"user_id", "user_role", "is_internal"})
+# Identity and role overrides, and the run's own ids (the server sets those in
+# ``configurable`` after this handler; a copy in ``context`` would shadow them
+# for code that reads context first).
+RESERVED_CONTEXT_KEYS = frozenset(
+    {"user_id", "user_role", "is_internal", "thread_id", "run_id", "assistant_id", "graph_id"}
+)
 AUTH_KEY_PREFIX = "langgraph_auth_"
 # Set by the server from the authenticated request, after the caller's values.
 SERVER_AUTH_KEYS = frozenset(
@@ -56,8 +62,12 @@ _SERVER_DUNDER_KEYS = frozenset(
         "__encryption_context__",
     }
 )
-# Of those, the ones the server always overwrites (a caller's value cannot survive).
-_ALWAYS_SERVER_SET = frozenset({"__context_provided__", "__after_seconds__"})
+# Of those, the ones kept even when the caller's keys include them: the server
+# always overwrites the first two, and sets the v2 streaming marker before it
+# copies ``configurable`` into ``context`` (so it shows up as a "caller" key).
+_ALWAYS_SERVER_SET = frozenset(
+    {"__context_provided__", "__after_seconds__", "__event_streaming_v2"}
+)
 _PROVENANCE_KEY = "original_user_content"
 _PROVENANCE_PREFIX = "deerflow_"
 

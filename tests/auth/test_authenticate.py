@@ -9,6 +9,7 @@ from typing import Any, cast
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from langgraph_sdk import get_client
 
 from auth.api_keys import hash_api_key
 from auth.jwks import jwks_cache
@@ -163,7 +164,9 @@ async def test_custom_routes_are_behind_auth_but_health_is_public(
         assert (await client.get("/ok")).status_code == 200
 
 
-async def test_api_key_mode(configure: Callable[..., Any], raw: Callable[..., Any]) -> None:
+async def test_api_key_mode(
+    configure: Callable[..., Any], raw: Callable[..., Any], lg_client: Callable[..., Any]
+) -> None:
     key = "dfk_test-key-for-alice-0123456789abcdef"
     configure(
         auth={
@@ -181,6 +184,10 @@ async def test_api_key_mode(configure: Callable[..., Any], raw: Callable[..., An
         async with raw(headers) as client:
             me = (await client.get("/auth/whoami")).json()
         assert (me["identity"], me["auth_mode"], me["roles"]) == ("alice", "api_key", ["ops"])
+    # langgraph_sdk's api_key= sends x-api-key.
+    sent = dict(get_client(url="http://deerflow.test", api_key=key).http.client.headers)
+    thread = await lg_client(headers={"x-api-key": sent["x-api-key"]}).threads.create()
+    assert thread["metadata"]["owner"] == "alice"
     # A JWT is not an API key.
     assert await _status(raw, bearer("alice")) == (401, {"detail": "invalid API key"})
 

@@ -25,7 +25,9 @@ FORGED = {
 def test_reserved_keys() -> None:
     for key in FORGED:
         assert is_reserved_key(key)
-    for other in ("model_name", "thread_id", "user", "_private", "x__y", 3):
+    for server_id in ("thread_id", "run_id", "assistant_id", "graph_id"):
+        assert is_reserved_key(server_id)
+    for other in ("model_name", "cron_id", "user", "_private", "x__y", 3):
         assert not is_reserved_key(other)
 
 
@@ -129,6 +131,18 @@ def test_run_kwargs_caller_sent_server_dunders() -> None:
     sanitize_run_kwargs(kwargs)
     assert kwargs["context"] == {}
     assert kwargs["config"]["configurable"] == {"__after_seconds__": 0}
+
+
+def test_v2_streaming_marker_survives_its_copy_in_context() -> None:
+    """The v2 endpoints set the marker before the server copies configurable into context."""
+    configurable = {"__event_streaming_v2": True, "thread_id": "t", "model_name": "m"}
+    kwargs: dict[str, Any] = {
+        "context": dict(configurable),
+        "config": {"configurable": configurable},
+    }
+    sanitize_run_kwargs(kwargs, user_id="alice")
+    assert configurable == {"__event_streaming_v2": True, "model_name": "m", "user_id": "alice"}
+    assert kwargs["context"] == {"model_name": "m", "user_id": "alice"}
 
 
 def test_run_kwargs_tolerate_missing_and_odd_parts() -> None:

@@ -188,10 +188,22 @@ async def test_crons_are_owned(clients: tuple[Any, Any]) -> None:
         tid,
         "lead_agent",
         schedule="0 0 1 1 *",
-        input={"messages": [{"role": "user", "content": "yearly"}]},
+        input={
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "yearly",
+                    "additional_kwargs": {"original_user_content": "forged"},
+                }
+            ]
+        },
+        context={"user_id": "bob", "__forged": 1, "topic": "kept"},
         metadata={"owner": "bob"},
     )
     cid = cron["cron_id"]
+    # The stored payload is already clean; runs it starts are cleaned again.
+    assert cron["payload"]["context"] == {"topic": "kept"}
+    assert cron["payload"]["input"]["messages"][0]["additional_kwargs"] == {}
     mine = await alice.crons.search(thread_id=tid)
     assert [c["cron_id"] for c in mine] == [cid]
     assert mine[0]["metadata"]["owner"] == "alice"

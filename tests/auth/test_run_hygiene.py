@@ -43,6 +43,7 @@ FORGED_KEYS = {
     "langgraph_auth_user_id": "bob",
     "langgraph_auth_user": {"identity": "bob"},
     "langgraph_auth_extra": "x",
+    "thread_id": "someone-elses-thread",
 }
 
 
@@ -54,7 +55,9 @@ async def _probe(
     state = await client.threads.get_state(thread["thread_id"])
     tool_messages = [m for m in state["values"]["messages"] if m["type"] == "tool"]
     assert len(tool_messages) == 1, state["values"]["messages"]
-    return thread["thread_id"], json.loads(tool_messages[0]["content"])
+    report = json.loads(tool_messages[0]["content"])
+    report["thread_id"] = thread["thread_id"]
+    return thread["thread_id"], report
 
 
 def _assert_clean(report: dict[str, Any], user: str) -> None:
@@ -63,6 +66,8 @@ def _assert_clean(report: dict[str, Any], user: str) -> None:
     assert report["auth_user_id"] == user
     assert report["context_user_id"] == user
     assert report["configurable_user_id"] == user
+    assert "thread_id" not in report["context_keys"]
+    assert report["configurable_thread_id"] == report["thread_id"]
     for keys in (report["context_keys"], report["configurable_keys"]):
         assert not {"user_role", "is_internal", "__authorization_outcome"} & set(keys), keys
         assert "langgraph_auth_extra" not in keys, keys
@@ -86,7 +91,7 @@ async def test_forged_context_never_reaches_the_graph(
 
     # The graph wrote under Alice's own directory, nowhere else.
     written = thread_paths(get_settings().data_root_path(), "alice", tid).outputs / PROBE_FILE
-    assert json.loads(written.read_text()) == report
+    assert json.loads(written.read_text()) == {k: v for k, v in report.items() if k != "thread_id"}
     assert not (get_settings().data_root_path() / "users" / "bob").exists()
 
 

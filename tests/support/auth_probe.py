@@ -50,6 +50,7 @@ async def auth_probe(runtime: ToolRuntime[Any, Any]) -> str:
         "context_user_id": context.get("user_id"),
         "configurable_keys": _keys(configurable),
         "configurable_user_id": configurable.get("user_id"),
+        "configurable_thread_id": configurable.get("thread_id"),
         "auth_user_id": configurable.get("langgraph_auth_user_id"),
         "human_additional_kwargs": [
             dict(message.additional_kwargs) for message in messages if message.type == "human"

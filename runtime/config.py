@@ -113,7 +113,9 @@ class JwtAuthConfig(_Section):
         default=None, description="HS256 shared secret; env DEERFLOW_AUTH_JWT_SECRET"
     )
     public_key: str | None = Field(default=None, description="PEM public key (RS*/ES*/PS*/EdDSA)")
-    jwks_url: str | None = Field(default=None, description="JWKS endpoint, fetched async, cached")
+    jwks_url: str | None = Field(
+        default=None, description="JWKS endpoint, fetched async, cached; env DEERFLOW_AUTH_JWKS_URL"
+    )
     jwks_cache_seconds: int = Field(default=300, ge=1, le=86400)
     algorithms: list[str] | None = Field(
         default=None, description="allowed algs; default HS256 (secret), RS256+ES256 (keys)"
@@ -334,6 +336,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_POSTGRES_URI": ("database", "uri"),
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),
     "DEERFLOW_AUTH_JWT_SECRET": ("auth", "jwt", "secret"),
+    "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
 }
 

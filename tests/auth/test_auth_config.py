@@ -38,6 +38,7 @@ def error(tmp_path: Path, auth: dict[str, Any]) -> str:
 def _clean_auth_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DEERFLOW_AUTH_MODE", raising=False)
     monkeypatch.delenv("DEERFLOW_AUTH_JWT_SECRET", raising=False)
+    monkeypatch.delenv("DEERFLOW_AUTH_JWKS_URL", raising=False)
 
 
 def test_defaults_are_mode_none_with_studio_as_the_local_user(tmp_path: Path) -> None:
@@ -52,6 +53,14 @@ def test_jwt_secret_env_alone_selects_jwt(tmp_path: Path, monkeypatch: pytest.Mo
     assert config.jwt.secret is not None and config.jwt.secret.get_secret_value() == SECRET
     assert SECRET not in repr(config)  # never printed
     assert config.jwt.allowed_algorithms() == ["HS256"]
+
+
+def test_jwks_url_env_selects_jwt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEERFLOW_AUTH_JWKS_URL", "https://idp.test/.well-known/jwks.json")
+    config = load(tmp_path)
+    assert config.effective_mode == "jwt"
+    assert config.jwt.jwks_url == "https://idp.test/.well-known/jwks.json"
+    assert config.jwt.allowed_algorithms() == ["RS256", "ES256"]
 
 
 def test_mode_env_overrides_config_and_the_secret_rule(

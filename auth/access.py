@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_sdk import Auth
+from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection
 
 from auth.authenticate import NONE_OUTSIDE_DEV, is_langgraph_dev, load_auth_settings
 from auth.identity import DEFAULT_USER_ID, is_studio_user, make_safe_user_id, principal_of
 
-__all__ = ["OWNER_KEY", "Caller", "resolve_caller"]
+__all__ = ["OWNER_KEY", "Caller", "resolve_caller", "resolve_request_caller"]
 
 OWNER_KEY = "owner"
 
@@ -74,3 +76,20 @@ async def resolve_caller(user: Any) -> Caller:
     if config.effective_mode == "none":
         principal = DEFAULT_USER_ID
     return Caller(principal=principal, studio=False)
+
+
+async def resolve_request_caller(connection: HTTPConnection) -> Caller:
+    """The caller of a request to the project's own routes (``app/``).
+
+    Those routes sit behind the same authentication
+    (``http.enable_custom_route_auth``); this applies the same caller rules
+    and raises Starlette's ``HTTPException`` (401/403) when they refuse.
+    Use ``caller.safe_id`` for anything stored per user.
+    """
+    user = connection.scope.get("user")
+    if user is None:
+        raise HTTPException(status_code=401, detail="authentication required")
+    try:
+        return await resolve_caller(user)
+    except Auth.exceptions.HTTPException as exc:
+        raise HTTPException(status_code=exc.status_code, detail=exc.detail) from None

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from langgraph_sdk import Auth
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from auth.access import resolve_caller
+from auth.access import resolve_request_caller
 
 __all__ = ["routes"]
 
@@ -27,13 +27,11 @@ def _field(user: Any, key: str, default: Any) -> Any:
 
 
 async def whoami(request: Request) -> JSONResponse:
-    user = request.scope.get("user")
-    if user is None:
-        return JSONResponse({"detail": "authentication required"}, status_code=401)
     try:
-        caller = await resolve_caller(user)
-    except Auth.exceptions.HTTPException as exc:
+        caller = await resolve_request_caller(request)
+    except HTTPException as exc:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+    user = request.scope["user"]
     return JSONResponse(
         {
             "identity": caller.principal,

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,18 +72,19 @@ def lg_client(lg_server: Any) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def dev_server(tmp_path: Path) -> Iterator[Callable[..., Awaitable[DevServer]]]:
-    """Async factory: ``await dev_server(env={...})`` starts ``langgraph dev``.
+def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
+    """Factory: ``dev_server(env={...})`` starts ``langgraph dev``; stopped at teardown.
 
-    Async because the in-process server's blocking-call detector is active in the
-    test process; read its log with ``await server.alog()``. Stopped at teardown.
+    Safe in async tests (it starts in a worker thread when a loop is running: the
+    in-process server's blocking-call detector covers the whole test process).
+    Read the log from async tests with ``await server.alog()``.
     """
     started: list[DevServer] = []
 
-    async def start(env: Mapping[str, str] | None = None) -> DevServer:
+    def start(env: Mapping[str, str] | None = None) -> DevServer:
         server = DevServer(tmp_path / f"langgraph-dev-{len(started)}.log", env=env)
         started.append(server)
-        return await server.astart()
+        return server.start()
 
     yield start
     for server in started:

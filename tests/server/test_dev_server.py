@@ -21,7 +21,7 @@ async def test_langgraph_dev_serves_scripted_run_without_blocking_errors(
         [ai_tools(tool_call("echo", text="from dev")), ai_text("Dev server answered.")],
         tools=[{"name": "echo", "use": "tests.support.tools:echo"}],
     )
-    server = await dev_server(env={"DEERFLOW_CONFIG": str(config)})
+    server = dev_server(env={"DEERFLOW_CONFIG": str(config)})
     async with httpx.AsyncClient(base_url=server.url, timeout=5) as http:
         assert (await http.get("/ok")).status_code == 200
 

@@ -1,43 +1,20 @@
-"""``deerflow_tool_meta`` stamping for the guard middlewares (12, 13).
+"""``deerflow_tool_meta`` for results the guard middlewares (12, 13) produce themselves.
 
-Why a private module: the same metadata is produced for ordinary results by
-ToolErrorHandlingMiddleware (spec 15) through ``tool_result_meta.normalize_tool_result``.
-The guards short-circuit calls *outside* that middleware, so they stamp their
-own results. Everything they need goes through the two functions here, so the
-integrator can point them at the shared implementation in one place.
-
-The shape is the spec's: ``status``, ``error_type``, ``recoverable_by_model``,
-``recommended_next_action``, ``source``.
+The guards short-circuit calls *outside* ToolErrorHandlingMiddleware (spec 15),
+so they stamp their own results, through the one shared stamping function
+(``tool_result_meta.normalize_tool_result``) so every producer writes the same
+five keys with the same vocabulary.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.messages import ToolMessage
 
+from middlewares.tool_result_meta import TOOL_META_KEY, normalize_tool_result
+
 __all__ = ["TOOL_META_KEY", "blocked_tool_message", "ensure_tool_meta"]
-
-TOOL_META_KEY = "deerflow_tool_meta"
-
-MetaStatus = Literal["success", "error", "partial_success"]
-
-
-def _meta(
-    *,
-    status: MetaStatus,
-    error_type: str | None,
-    recoverable_by_model: bool,
-    recommended_next_action: str,
-    source: str,
-) -> dict[str, Any]:
-    return {
-        "status": status,
-        "error_type": error_type,
-        "recoverable_by_model": recoverable_by_model,
-        "recommended_next_action": recommended_next_action,
-        "source": source,
-    }
 
 
 def blocked_tool_message(
@@ -46,47 +23,20 @@ def blocked_tool_message(
     tool_call_id: str,
     name: str,
     error_type: str,
+    source: str,
     extra_kwargs: dict[str, Any] | None = None,
 ) -> ToolMessage:
-    """An error ``ToolMessage`` for a call a guard refused to run.
-
-    A refused call is the model's to recover from (read first, use another
-    command), so it is recoverable and the next action is an alternative.
-    """
-    additional: dict[str, Any] = dict(extra_kwargs or {})
-    additional[TOOL_META_KEY] = _meta(
-        status="error",
-        error_type=error_type,
-        recoverable_by_model=True,
-        recommended_next_action="try_alternative",
-        source="tool_return",
-    )
-    return ToolMessage(
+    """An error ``ToolMessage`` for a call a guard refused to run."""
+    message = ToolMessage(
         content=content,
         tool_call_id=tool_call_id,
         name=name,
         status="error",
-        additional_kwargs=additional,
+        additional_kwargs=dict(extra_kwargs or {}),
     )
+    return normalize_tool_result(message, error_type=error_type, source=source)
 
 
 def ensure_tool_meta(message: ToolMessage) -> ToolMessage:
-    """Return ``message`` carrying ``deerflow_tool_meta``, keeping an existing stamp.
-
-    Inner middlewares (ToolErrorHandling) normally stamped it already; when they
-    are absent, a minimal stamp is derived from ``message.status`` so consumers
-    never see a guard-annotated result without metadata.
-    """
-    existing = (message.additional_kwargs or {}).get(TOOL_META_KEY)
-    if isinstance(existing, dict):
-        return message
-    failed = message.status == "error"
-    additional = dict(message.additional_kwargs or {})
-    additional[TOOL_META_KEY] = _meta(
-        status="error" if failed else "success",
-        error_type="unknown" if failed else None,
-        recoverable_by_model=True,
-        recommended_next_action="try_alternative" if failed else "continue",
-        source="tool_return",
-    )
-    return message.model_copy(update={"additional_kwargs": additional})
+    """``message`` with ``deerflow_tool_meta``; an existing valid stamp is kept as is."""
+    return normalize_tool_result(message)

@@ -33,13 +33,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
@@ -53,7 +53,7 @@ from middlewares._content_probe import (
 )
 from middlewares._path_gate import _await_off_thread, gate_for
 from middlewares._tool_meta import blocked_tool_message
-from middlewares.tool_call_args import pair_tool_call_results, rewrite_messages_tool_call_args
+from middlewares.tool_call_args import pair_tool_call_results, rewrite_tool_call_args
 from runtime.config import ReadBeforeWriteConfig, Settings
 from sandbox.base import SandboxError
 
@@ -264,7 +264,8 @@ class ReadBeforeWriteMiddleware(AgentMiddleware[Any, Any, Any]):
             ),
             tool_call_id=str(request.tool_call.get("id") or ""),
             name=tool,
-            error_type="read_before_write",
+            error_type="read_required",
+            source="read_before_write",
             extra_kwargs={WRITE_BLOCK_KEY: {"path": target.path, "tool": tool}},
         )
 
@@ -385,40 +386,45 @@ class ReadBeforeWriteMiddleware(AgentMiddleware[Any, Any, Any]):
         return await handler(self._elide(request))
 
 
-def elide_blocked_write_payloads(messages: list[Any], *, min_chars: int) -> list[Any] | None:
+def _elided_args(args: dict[str, Any], tool: str, min_chars: int) -> dict[str, Any] | None:
+    elided: dict[str, Any] | None = None
+    for name in _PAYLOAD_FIELDS.get(tool, ()):
+        value = args.get(name)
+        if isinstance(value, str) and value and len(value) >= min_chars:
+            elided = dict(args) if elided is None else elided
+            elided[name] = _ELIDED_TEMPLATE.format(chars=len(value), tool=tool)
+    return elided
+
+
+def elide_blocked_write_payloads(
+    messages: Sequence[AnyMessage], *, min_chars: int
+) -> list[AnyMessage] | None:
     """``messages`` with gate-blocked write payloads replaced by placeholders, or ``None``.
 
-    A call qualifies when the ToolMessage answering that occurrence carries a
+    A call qualifies when the ToolMessage answering that occurrence (pairing is
+    per occurrence, so a reused id is not confused with another call) carries a
     well-formed ``deerflow_write_block`` naming the same tool. The rewrite goes
-    through ``tool_call_args`` and never mutates its input.
+    through ``tool_call_args`` (every field adapters resend) and never mutates
+    its input.
     """
-    blocked: set[tuple[int, str]] = set()
-    for occurrence in pair_tool_call_results(messages):
-        result = occurrence.result
+    replacements: dict[int, dict[str, dict[str, Any]]] = {}
+    for pair in pair_tool_call_results(messages):
+        call, result = pair.call, pair.result
         entry = (result.additional_kwargs or {}).get(WRITE_BLOCK_KEY) if result else None
-        if (
-            isinstance(entry, dict)
-            and entry.get("tool") == occurrence.call.get("name")
-            and occurrence.call_id is not None
-        ):
-            blocked.add((id(occurrence.message), occurrence.call_id))
-    if not blocked:
+        if not isinstance(entry, dict) or entry.get("tool") != call.name or call.id is None:
+            continue
+        if not isinstance(call.args, dict):
+            continue
+        elided = _elided_args(call.args, str(call.name), min_chars)
+        if elided is not None:
+            replacements.setdefault(pair.ai_index, {})[call.id] = elided
+    if not replacements:
         return None
-
-    def replacement_for(message: AIMessage, call: dict[str, Any]) -> dict[str, Any] | None:
-        if (id(message), call.get("id")) not in blocked:
-            return None
-        args = call.get("args")
-        tool = str(call.get("name"))
-        fields = _PAYLOAD_FIELDS.get(tool, ())
-        if not isinstance(args, dict) or not fields:
-            return None
-        elided: dict[str, Any] | None = None
-        for name in fields:
-            value = args.get(name)
-            if isinstance(value, str) and value and len(value) >= min_chars:
-                elided = dict(args) if elided is None else elided
-                elided[name] = _ELIDED_TEMPLATE.format(chars=len(value), tool=tool)
-        return elided
-
-    return rewrite_messages_tool_call_args(messages, replacement_for)
+    out = list(messages)
+    for index, calls in replacements.items():
+        message = out[index]
+        assert isinstance(message, AIMessage)
+        for call_id, args in calls.items():
+            message = rewrite_tool_call_args(message, call_id, args)
+        out[index] = message
+    return out

@@ -1025,7 +1025,8 @@ class SandboxAuditMiddleware(AgentMiddleware[Any, Any, Any]):
             ),
             tool_call_id=str(request.tool_call.get("id") or ""),
             name=name,
-            error_type="command_blocked",
+            error_type="blocked",
+            source="sandbox_audit",
         )
 
     @staticmethod

@@ -1,162 +1,282 @@
-"""Pair tool calls with their results, and rewrite tool-call arguments model-side.
+"""Reading and rewriting tool calls on AI messages, in every field adapters use.
 
-Every model-bound argument rewrite (blocked-payload elision, superseded-write
-elision) goes through here, so each surface a provider adapter may resend is
-rewritten consistently: structured ``tool_calls``, the raw provider payload in
-``additional_kwargs["tool_calls"]``, ``tool_use``/``tool_call``/``function_call``
-content blocks and streamed ``tool_call_chunks``. Inputs are never mutated;
-untouched messages pass through by identity.
+A tool call lives in up to four places on one ``AIMessage``: ``tool_calls``,
+``invalid_tool_calls``, the raw provider payload in
+``additional_kwargs["tool_calls"]`` and tool-use content blocks. Provider
+adapters resend whichever they find, so removing or rewriting a call in one
+field only leaves a stale copy that strict providers reject (spec 000,
+"Removing tool calls"). Every model-bound argument rewrite and every tool-call
+removal goes through this module.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 
-__all__ = ["ToolCallOccurrence", "pair_tool_call_results", "rewrite_messages_tool_call_args"]
+from middlewares.model_response import TOOL_CALL_BLOCK_TYPES, block_type_is
+
+__all__ = [
+    "DeclaredToolCall",
+    "ToolCallPair",
+    "clone_ai_message_with_tool_calls",
+    "declared_tool_calls",
+    "message_tool_call_ids",
+    "pair_tool_call_results",
+    "rewrite_tool_call_args",
+]
 
 
 @dataclass(frozen=True)
-class ToolCallOccurrence:
-    """One tool call as it occurs in one AI message, and the result that answered it."""
+class DeclaredToolCall:
+    """One tool call an AI message declares, whichever field it came from.
 
-    message: AIMessage
-    message_index: int
-    call: dict[str, Any]
-    result: ToolMessage | None
-
-    @property
-    def call_id(self) -> str | None:
-        value = self.call.get("id")
-        return value if isinstance(value, str) else None
-
-
-def pair_tool_call_results(messages: Sequence[Any]) -> list[ToolCallOccurrence]:
-    """Each tool call of each AI message with the ``ToolMessage`` answering it.
-
-    Pairing is per occurrence: a call is answered by a result with its id among
-    the messages after its AI message and before the next AI message. Call ids
-    can repeat across turns, so a history-wide id lookup would mislabel them.
+    ``args`` is the parsed argument object when there is one; ``raw_args`` keeps
+    an unparsable argument string; ``source`` names the field.
     """
-    occurrences: list[ToolCallOccurrence] = []
-    index = 0
-    total = len(messages)
-    while index < total:
-        message = messages[index]
-        if not isinstance(message, AIMessage) or not message.tool_calls:
-            index += 1
-            continue
-        results: dict[str, ToolMessage] = {}
-        follower = index + 1
-        while follower < total and not isinstance(messages[follower], AIMessage):
-            candidate = messages[follower]
-            if isinstance(candidate, ToolMessage) and candidate.tool_call_id not in results:
-                results[candidate.tool_call_id] = candidate
-            follower += 1
-        for call in message.tool_calls:
-            call_id = call.get("id")
-            result = results.get(call_id) if isinstance(call_id, str) else None
-            occurrences.append(
-                ToolCallOccurrence(
-                    message=message, message_index=index, call=dict(call), result=result
-                )
-            )
-        index = follower
-    return occurrences
+
+    id: str | None
+    name: Any
+    args: Any
+    raw_args: str | None
+    source: str
 
 
-Replacement = Callable[[AIMessage, dict[str, Any]], dict[str, Any] | None]
+def _block_call_id(block: Any) -> Any:
+    if not isinstance(block, dict):
+        return None
+    return block.get("id") if block.get("id") is not None else block.get("call_id")
 
 
-def _rewrite_raw_calls(raw: Any, replacements: dict[str, dict[str, Any]]) -> Any:
-    if not isinstance(raw, list):
+def _raw_entries(message: AIMessage) -> list[Any]:
+    raw = message.additional_kwargs.get("tool_calls") if message.additional_kwargs else None
+    if isinstance(raw, list):
         return raw
-    out: list[Any] = []
-    for entry in raw:
-        call_id = entry.get("id") if isinstance(entry, dict) else None
-        function = entry.get("function") if isinstance(entry, dict) else None
-        if isinstance(call_id, str) and call_id in replacements and isinstance(function, dict):
-            entry = {
-                **entry,
-                "function": {**function, "arguments": json.dumps(replacements[call_id])},
-            }
-        out.append(entry)
-    return out
+    if isinstance(raw, dict):
+        return [raw]
+    return []
 
 
-def _rewrite_blocks(content: Any, replacements: dict[str, dict[str, Any]]) -> Any:
-    if not isinstance(content, list):
-        return content
-    out: list[Any] = []
-    for block in content:
-        if isinstance(block, dict):
-            kind = block.get("type")
-            call_id = block.get("id") if kind != "function_call" else block.get("call_id")
-            if isinstance(call_id, str) and call_id in replacements:
-                args = replacements[call_id]
-                if kind == "tool_use":
-                    block = {**block, "input": args}
-                elif kind == "tool_call":
-                    block = {**block, "args": args}
-                elif kind == "function_call":
-                    block = {**block, "arguments": json.dumps(args)}
-        out.append(block)
-    return out
+def _id_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
-def _rewrite_message(message: AIMessage, replacements: dict[str, dict[str, Any]]) -> AIMessage:
+def declared_tool_calls(message: AIMessage) -> list[DeclaredToolCall]:
+    """Every tool call the message claims, first occurrence per id, in field order.
+
+    Sources, in order: ``tool_calls``, ``additional_kwargs["tool_calls"]``,
+    ``invalid_tool_calls``, then tool-use content blocks. Calls without a usable
+    id are kept (``id=None``) so callers can repair them.
+    """
+    found: list[DeclaredToolCall] = []
+    seen: set[str] = set()
+
+    def add(call: DeclaredToolCall) -> None:
+        if call.id is not None:
+            if call.id in seen:
+                return
+            seen.add(call.id)
+        found.append(call)
+
+    for call in message.tool_calls or []:
+        add(
+            DeclaredToolCall(
+                _id_text(call.get("id")), call.get("name"), call.get("args"), None, "tool_calls"
+            )
+        )
+    for entry in _raw_entries(message):
+        if not isinstance(entry, Mapping):
+            continue
+        function = entry.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        raw_args = function.get("arguments")
+        args, raw_text = _parse_args(raw_args)
+        add(
+            DeclaredToolCall(
+                _id_text(entry.get("id")),
+                function.get("name", entry.get("name")),
+                args,
+                raw_text,
+                "additional_kwargs",
+            )
+        )
+    for invalid in message.invalid_tool_calls or []:
+        args, raw_text = _parse_args(invalid.get("args"))
+        add(
+            DeclaredToolCall(
+                _id_text(invalid.get("id")),
+                invalid.get("name"),
+                args,
+                raw_text,
+                "invalid_tool_calls",
+            )
+        )
+    if isinstance(message.content, list):
+        for block in message.content:
+            if block_type_is(block, TOOL_CALL_BLOCK_TYPES):
+                call_id = _id_text(_block_call_id(block))
+                if call_id is None:
+                    continue
+                add(
+                    DeclaredToolCall(
+                        call_id, block.get("name"), block.get("input"), None, "content"
+                    )
+                )
+    return found
+
+
+def _parse_args(raw: Any) -> tuple[Any, str | None]:
+    if raw is None or raw == "":
+        return {}, None
+    if isinstance(raw, dict):
+        return raw, None
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return None, raw
+        if isinstance(parsed, dict):
+            return parsed, None
+        return None, raw
+    return None, None
+
+
+def message_tool_call_ids(message: AIMessage) -> list[str]:
+    """Ids of every tool call the message declares (all sources), in order."""
+    return [call.id for call in declared_tool_calls(message) if call.id is not None]
+
+
+def clone_ai_message_with_tool_calls(
+    message: AIMessage, tool_calls: Sequence[ToolCall | Mapping[str, Any]]
+) -> AIMessage:
+    """A copy of ``message`` whose only tool calls are ``tool_calls``.
+
+    Calls not kept are removed from every field: ``tool_calls``,
+    ``invalid_tool_calls``, the raw ``additional_kwargs["tool_calls"]`` payload
+    (and a legacy ``function_call``) and tool-use content blocks. Text and
+    other blocks are kept; the original message is not modified.
+    """
+    kept = [dict(call) for call in tool_calls]
+    kept_ids = {_id_text(call.get("id")) for call in kept} - {None}
     update: dict[str, Any] = {
-        "tool_calls": [
-            {**call, "args": replacements[call["id"]]}
-            if isinstance(call.get("id"), str) and call["id"] in replacements
-            else dict(call)
-            for call in message.tool_calls
+        "tool_calls": kept,
+        "invalid_tool_calls": [
+            call
+            for call in message.invalid_tool_calls or []
+            if _id_text(call.get("id")) in kept_ids
         ],
-        "content": _rewrite_blocks(message.content, replacements),
     }
-    raw = (message.additional_kwargs or {}).get("tool_calls")
-    if raw is not None:
-        update["additional_kwargs"] = {
-            **message.additional_kwargs,
-            "tool_calls": _rewrite_raw_calls(raw, replacements),
-        }
-    if isinstance(message, AIMessageChunk) and message.tool_call_chunks:
-        update["tool_call_chunks"] = [
-            {**chunk, "args": json.dumps(replacements[chunk["id"]])}
-            if isinstance(chunk.get("id"), str) and chunk["id"] in replacements
-            else dict(chunk)
-            for chunk in message.tool_call_chunks
+    kwargs = dict(message.additional_kwargs or {})
+    if "tool_calls" in kwargs:
+        raw_kept = [
+            entry
+            for entry in _raw_entries(message)
+            if isinstance(entry, Mapping) and _id_text(entry.get("id")) in kept_ids
+        ]
+        if raw_kept:
+            kwargs["tool_calls"] = raw_kept
+        else:
+            kwargs.pop("tool_calls")
+    if not kept_ids:
+        kwargs.pop("function_call", None)
+    update["additional_kwargs"] = kwargs
+    if isinstance(message.content, list):
+        update["content"] = [
+            block
+            for block in message.content
+            if not (
+                block_type_is(block, TOOL_CALL_BLOCK_TYPES)
+                and _id_text(_block_call_id(block)) not in kept_ids
+            )
         ]
     return message.model_copy(update=update)
 
 
-def rewrite_messages_tool_call_args(
-    messages: Sequence[Any], replacement_for: Replacement
-) -> list[Any] | None:
-    """Messages with some tool calls' arguments replaced, or ``None`` if none changed.
+def rewrite_tool_call_args(
+    message: AIMessage, tool_call_id: str, args: Mapping[str, Any]
+) -> AIMessage:
+    """A copy of ``message`` where call ``tool_call_id`` carries ``args`` everywhere."""
+    new_args = dict(args)
+    tool_calls = [
+        {**call, "args": new_args} if call.get("id") == tool_call_id else call
+        for call in message.tool_calls or []
+    ]
+    kwargs = dict(message.additional_kwargs or {})
+    raw = kwargs.get("tool_calls")
+    if isinstance(raw, list):
+        rewritten: list[Any] = []
+        for entry in raw:
+            if (
+                isinstance(entry, Mapping)
+                and _id_text(entry.get("id")) == tool_call_id
+                and isinstance(entry.get("function"), Mapping)
+            ):
+                function = {**entry["function"], "arguments": json.dumps(new_args)}
+                entry = {**entry, "function": function}
+            rewritten.append(entry)
+        kwargs["tool_calls"] = rewritten
+    update: dict[str, Any] = {"tool_calls": tool_calls, "additional_kwargs": kwargs}
+    if isinstance(message.content, list):
+        update["content"] = [
+            {**block, "input": new_args}
+            if block_type_is(block, TOOL_CALL_BLOCK_TYPES)
+            and _id_text(_block_call_id(block)) == tool_call_id
+            and "input" in block
+            else block
+            for block in message.content
+        ]
+    return message.model_copy(update=update)
 
-    ``replacement_for(ai_message, tool_call)`` returns the new arguments or
-    ``None`` to keep the call as it is.
+
+@dataclass(frozen=True)
+class ToolCallPair:
+    """A declared tool call and the first ``ToolMessage`` answering it (if any)."""
+
+    ai_index: int
+    call: DeclaredToolCall
+    result_index: int | None
+    result: ToolMessage | None
+
+
+def pair_tool_call_results(messages: Sequence[BaseMessage]) -> list[ToolCallPair]:
+    """Pair each declared tool call with its result by ``tool_call_id``.
+
+    Results are matched in order, each used once, and only after the declaring
+    AI message, so a reused id pairs with the right result.
     """
-    changed = False
-    out: list[Any] = []
-    for message in messages:
-        if isinstance(message, AIMessage) and message.tool_calls:
-            replacements: dict[str, dict[str, Any]] = {}
-            for call in message.tool_calls:
-                call_id = call.get("id")
-                if not isinstance(call_id, str):
-                    continue
-                new_args = replacement_for(message, dict(call))
-                if new_args is not None:
-                    replacements[call_id] = new_args
-            if replacements:
-                out.append(_rewrite_message(message, replacements))
-                changed = True
-                continue
-        out.append(message)
-    return out if changed else None
+    results: dict[str, list[int]] = {}
+    for index, message in enumerate(messages):
+        if isinstance(message, ToolMessage) and isinstance(message.tool_call_id, str):
+            results.setdefault(message.tool_call_id, []).append(index)
+    pairs: list[ToolCallPair] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, AIMessage):
+            continue
+        for call in declared_tool_calls(message):
+            match: int | None = None
+            if call.id is not None:
+                queue = results.get(call.id, [])
+                while queue and queue[0] < index:
+                    queue.pop(0)
+                if queue:
+                    match = queue.pop(0)
+            result = messages[match] if match is not None else None
+            pairs.append(
+                ToolCallPair(
+                    index,
+                    call,
+                    match,
+                    result if isinstance(result, ToolMessage) else None,
+                )
+            )
+    return pairs

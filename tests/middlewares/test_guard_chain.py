@@ -42,6 +42,16 @@ def test_both_guards_in_lead_and_subagent_chains_in_spec_order() -> None:
     assert _kinds(build_middlewares(inputs)) == expected
 
 
+def test_guards_sit_between_the_receipt_layer_and_tool_error_handling() -> None:
+    """15 ToolReceipt is the outermost tool wrapper; 12 and 13 are outer of 15 ToolErrorHandling."""
+    names = [type(m).__name__ for m in build_middlewares(_inputs(get_settings()))]
+    audit = names.index("SandboxAuditMiddleware")
+    assert names.index("ToolReceiptMiddleware") < audit
+    assert audit + 1 == names.index("ReadBeforeWriteMiddleware")
+    assert names.index("ReadBeforeWriteMiddleware") < names.index("ToolErrorHandlingMiddleware")
+    assert names.index("LLMErrorHandlingMiddleware") < audit
+
+
 def test_read_before_write_can_be_switched_off(
     tmp_path: Path, use_config: Callable[[Path], Path]
 ) -> None:

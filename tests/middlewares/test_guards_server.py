@@ -82,6 +82,8 @@ async def test_guards_through_the_server(lg_client: Any, guard_config: Path) -> 
     assert "changed after your last read_file" in stale["content"]
     for blocked in (first, stale, tools[7]):
         assert blocked["additional_kwargs"]["deerflow_tool_meta"]["status"] == "error"
+        # The receipt layer (outermost tool wrapper) still records the short-circuit.
+        assert blocked["additional_kwargs"]["deerflow_tool_receipt"]["status"] == "error"
     assert (
         tools[2]["additional_kwargs"]["deerflow_read_mark"]["tool_call_id"]
         == (tools[2]["tool_call_id"])

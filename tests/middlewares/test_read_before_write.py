@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -14,7 +15,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -25,6 +32,7 @@ from middlewares.read_before_write import (
     HostPathContentProbe,
     ProbeTarget,
     ReadBeforeWriteMiddleware,
+    elide_blocked_write_payloads,
 )
 from runtime.config import ReadBeforeWriteConfig, get_settings
 from runtime.paths import thread_paths
@@ -120,10 +128,12 @@ async def test_write_without_read_is_blocked_then_allowed_after_read() -> None:
     assert "you have not read it" in str(blocked.content)
     assert blocked.additional_kwargs[TOOL_META_KEY] == {
         "status": "error",
-        "error_type": "read_before_write",
+        "error_type": "read_required",
         "recoverable_by_model": True,
-        "recommended_next_action": "try_alternative",
-        "source": "tool_return",
+        "recommended_next_action": (
+            "Call read_file on the file to see its current content, then retry the write."
+        ),
+        "source": "read_before_write",
     }
     assert read.content == "v1\n"
     mark = read.additional_kwargs[READ_MARK_KEY]
@@ -549,3 +559,43 @@ async def test_marks_persist_with_the_thread_and_die_with_their_message(
     else:
         assert written.status == "success"
         assert await _content(thread) == "v2\n"
+
+
+def test_elision_only_touches_blocked_occurrences_of_the_named_tool() -> None:
+    payload = "p" * 300
+
+    def ai(name: str, call_id: str, args: dict[str, Any], raw: bool = False) -> AIMessage:
+        kwargs: dict[str, Any] = {}
+        if raw:
+            function = {"name": name, "arguments": json.dumps(args)}
+            kwargs["tool_calls"] = [{"id": call_id, "type": "function", "function": function}]
+        return AIMessage(
+            "",
+            tool_calls=[{"name": name, "id": call_id, "args": args}],
+            additional_kwargs=kwargs,
+        )
+
+    blocked_call = ai("write_file", "w1", {"path": "a", "content": payload}, raw=True)
+    later_same_id = ai("write_file", "w1", {"path": "a", "content": payload})
+    mislabelled = ai("str_replace", "s1", {"old_str": payload, "new_str": payload})
+    block = {WRITE_BLOCK_KEY: {"path": "a", "tool": "write_file"}}
+    messages: list[AnyMessage] = [
+        blocked_call,
+        ToolMessage("Error", tool_call_id="w1", additional_kwargs=block),
+        later_same_id,
+        ToolMessage("OK", tool_call_id="w1"),
+        mislabelled,
+        ToolMessage("Error", tool_call_id="s1", additional_kwargs=block),
+    ]
+    out = elide_blocked_write_payloads(messages, min_chars=10)
+    assert out is not None
+    elided = out[0]
+    assert isinstance(elided, AIMessage)
+    placeholder = elided.tool_calls[0]["args"]["content"]
+    assert placeholder.startswith("[elided: 300 characters; this write_file call was blocked")
+    raw_args = json.loads(elided.additional_kwargs["tool_calls"][0]["function"]["arguments"])
+    assert raw_args["content"] == placeholder  # the raw provider payload too
+    assert out[2] is later_same_id  # the same id, answered successfully later
+    assert out[4] is mislabelled  # the block names another tool: not trusted
+    assert blocked_call.tool_calls[0]["args"]["content"] == payload  # input untouched
+    assert elide_blocked_write_payloads(messages, min_chars=1000) is None

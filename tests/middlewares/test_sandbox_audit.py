@@ -106,7 +106,13 @@ def _message(content: Any, **kwargs: Any) -> ToolMessage:
 
 
 def test_warning_goes_before_a_trailing_exit_marker_and_keeps_meta() -> None:
-    meta = {"status": "success", "source": "tool_return"}
+    meta = {
+        "status": "success",
+        "error_type": None,
+        "recoverable_by_model": True,
+        "recommended_next_action": None,
+        "source": "tool",
+    }
     original = _message(
         "installed\n[exit code: 0]", additional_kwargs={TOOL_META_KEY: meta, "x": 1}
     )
@@ -173,10 +179,10 @@ async def test_blocked_command_never_runs_and_returns_an_error_tool_message() ->
     meta = result.additional_kwargs[TOOL_META_KEY]
     assert meta == {
         "status": "error",
-        "error_type": "command_blocked",
-        "recoverable_by_model": True,
-        "recommended_next_action": "try_alternative",
-        "source": "tool_return",
+        "error_type": "blocked",
+        "recoverable_by_model": False,
+        "recommended_next_action": "Do not repeat this call; choose a different approach.",
+        "source": "sandbox_audit",
     }
     assert not await asyncio.to_thread((_workspace(thread) / "ran.txt").exists)
     assert state["messages"][-1].content == "done"

@@ -1,115 +1,106 @@
-"""tool_call_args: per-occurrence pairing and model-side argument rewrites on every surface."""
+"""Tool-call helpers: removal clears every field, rewrites reach every field."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from middlewares.read_before_write import WRITE_BLOCK_KEY, elide_blocked_write_payloads
-from middlewares.tool_call_args import pair_tool_call_results, rewrite_messages_tool_call_args
+from middlewares.tool_call_args import (
+    clone_ai_message_with_tool_calls,
+    declared_tool_calls,
+    message_tool_call_ids,
+    pair_tool_call_results,
+    rewrite_tool_call_args,
+)
 
 
-def _ai(*calls: tuple[str, str, dict[str, Any]], **kwargs: Any) -> AIMessage:
+def _anthropic_style_message() -> AIMessage:
     return AIMessage(
-        kwargs.pop("content", ""),
-        tool_calls=[{"name": n, "id": i, "args": a} for n, i, a in calls],
-        **kwargs,
-    )
-
-
-def test_pairing_is_per_occurrence_even_when_ids_repeat() -> None:
-    first = _ai(("write_file", "dup", {"content": "a"}))
-    second = _ai(("write_file", "dup", {"content": "b"}))
-    blocked = ToolMessage("Error", tool_call_id="dup", additional_kwargs={WRITE_BLOCK_KEY: {}})
-    ok = ToolMessage("OK", tool_call_id="dup")
-    pairs = pair_tool_call_results([HumanMessage("x"), first, blocked, second, ok])
-    assert [(p.message is first, p.result is blocked) for p in pairs[:1]] == [(True, True)]
-    assert pairs[1].message is second and pairs[1].result is ok
-    unanswered = pair_tool_call_results([_ai(("read_file", "r", {}))])
-    assert unanswered[0].result is None
-
-
-def test_rewrite_covers_structured_raw_block_and_chunk_surfaces() -> None:
-    raw = [{"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": "{}"}}]
-    content = [
-        {"type": "text", "text": "saving"},
-        {"type": "tool_use", "id": "c1", "name": "write_file", "input": {"content": "big"}},
-        {"type": "tool_call", "id": "c1", "name": "write_file", "args": {"content": "big"}},
-        {"type": "function_call", "call_id": "c1", "name": "write_file", "arguments": "{}"},
-        {"type": "tool_use", "id": "c2", "name": "read_file", "input": {"path": "p"}},
-    ]
-    message = AIMessage(
-        content=content,  # type: ignore[arg-type]
+        content=[
+            {"type": "text", "text": "let me look"},
+            {"type": "tool_use", "id": "a", "name": "ls", "input": {"path": "/"}},
+            {"type": "tool_use", "id": "b", "name": "bash", "input": {"command": "rm"}},
+        ],
         tool_calls=[
-            {"name": "write_file", "id": "c1", "args": {"content": "big"}},
-            {"name": "read_file", "id": "c2", "args": {"path": "p"}},
+            {"name": "ls", "args": {"path": "/"}, "id": "a"},
+            {"name": "bash", "args": {"command": "rm"}, "id": "b"},
         ],
-        additional_kwargs={"tool_calls": raw, "other": 1},
+        invalid_tool_calls=[{"name": "x", "args": "{", "id": "c", "error": "bad"}],
+        additional_kwargs={
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "ls", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
+            ],
+            "other": 1,
+        },
     )
-    new_args = {"content": "[elided]"}
-    out = rewrite_messages_tool_call_args(
-        [message], lambda _m, call: new_args if call["id"] == "c1" else None
-    )
-    assert out is not None
-    (rewritten,) = out
-    assert rewritten.tool_calls[0]["args"] == new_args
-    assert rewritten.tool_calls[1]["args"] == {"path": "p"}
-    assert (
-        json.loads(rewritten.additional_kwargs["tool_calls"][0]["function"]["arguments"])
-        == new_args
-    )
-    assert rewritten.additional_kwargs["other"] == 1
-    blocks = rewritten.content
-    assert blocks[1]["input"] == new_args and blocks[2]["args"] == new_args
-    assert json.loads(blocks[3]["arguments"]) == new_args
-    assert blocks[4]["input"] == {"path": "p"}
-    # The input was not mutated.
-    assert message.tool_calls[0]["args"] == {"content": "big"}
-    assert message.content[1]["input"] == {"content": "big"}  # type: ignore[index]
-    function = raw[0]["function"]
-    assert isinstance(function, dict) and function["arguments"] == "{}"
 
 
-def test_rewrite_chunks_and_identity_of_untouched_messages() -> None:
-    chunk = AIMessageChunk(
+def test_removing_all_calls_removes_stale_blocks_and_payloads() -> None:
+    message = _anthropic_style_message()
+    cleared = clone_ai_message_with_tool_calls(message, [])
+    assert cleared.tool_calls == []
+    assert cleared.invalid_tool_calls == []
+    assert "tool_calls" not in cleared.additional_kwargs
+    assert cleared.additional_kwargs["other"] == 1
+    assert cleared.content == [{"type": "text", "text": "let me look"}]
+    assert len(message.tool_calls) == 2  # the original is untouched
+
+
+def test_keeping_some_calls() -> None:
+    message = _anthropic_style_message()
+    kept = clone_ai_message_with_tool_calls(message, [message.tool_calls[0]])
+    assert [c["id"] for c in kept.tool_calls] == ["a"]
+    assert [e["id"] for e in kept.additional_kwargs["tool_calls"]] == ["a"]
+    assert [b.get("id") for b in kept.content if isinstance(b, dict)] == [None, "a"]
+
+
+def test_declared_calls_from_all_sources_in_order() -> None:
+    message = AIMessage(
         content="",
-        tool_call_chunks=[
-            {"name": "write_file", "id": "k1", "args": '{"content": "x"}', "index": 0}
-        ],
+        tool_calls=[{"name": "a", "args": {}, "id": "1"}],
+        additional_kwargs={
+            "tool_calls": [
+                {"id": "1", "function": {"name": "a", "arguments": "{}"}},
+                {"id": "2", "function": {"name": "b", "arguments": "not json"}},
+            ]
+        },
+        invalid_tool_calls=[{"name": "c", "args": "[1]", "id": "3", "error": None}],
     )
-    human = HumanMessage("hi")
-    out = rewrite_messages_tool_call_args([human, chunk], lambda _m, _c: {"content": "y"})
-    assert out is not None
-    assert out[0] is human
-    assert json.loads(out[1].tool_call_chunks[0]["args"]) == {"content": "y"}
-    assert rewrite_messages_tool_call_args([human, chunk], lambda _m, _c: None) is None
-
-
-def test_elision_only_touches_blocked_occurrences_of_the_named_tool() -> None:
-    payload = "p" * 300
-    blocked_call = _ai(("write_file", "w1", {"path": "a", "content": payload}))
-    later_same_id = _ai(("write_file", "w1", {"path": "a", "content": payload}))
-    forged = _ai(("str_replace", "s1", {"old_str": payload, "new_str": payload}))
-    messages = [
-        blocked_call,
-        ToolMessage(
-            "Error",
-            tool_call_id="w1",
-            additional_kwargs={WRITE_BLOCK_KEY: {"path": "a", "tool": "write_file"}},
-        ),
-        later_same_id,
-        ToolMessage("OK", tool_call_id="w1"),
-        forged,
-        ToolMessage(
-            "Error", tool_call_id="s1", additional_kwargs={WRITE_BLOCK_KEY: {"tool": "write_file"}}
-        ),
+    calls = declared_tool_calls(message)
+    assert [(c.id, c.source) for c in calls] == [
+        ("1", "tool_calls"),
+        ("2", "additional_kwargs"),
+        ("3", "invalid_tool_calls"),
     ]
-    out = elide_blocked_write_payloads(messages, min_chars=10)
-    assert out is not None
-    assert out[0].tool_calls[0]["args"]["content"].startswith("[elided: 300 characters")
-    assert out[2] is later_same_id
-    assert out[4] is forged  # the block names another tool: not trusted
-    assert elide_blocked_write_payloads(messages, min_chars=1000) is None
-    assert elide_blocked_write_payloads([HumanMessage("x")], min_chars=0) is None
+    assert calls[1].raw_args == "not json"
+    assert calls[2].args is None and calls[2].raw_args == "[1]"
+    assert message_tool_call_ids(message) == ["1", "2", "3"]
+
+
+def test_rewrite_args_everywhere() -> None:
+    message = _anthropic_style_message()
+    rewritten = rewrite_tool_call_args(message, "b", {"command": "echo safe"})
+    assert rewritten.tool_calls[1]["args"] == {"command": "echo safe"}
+    raw = rewritten.additional_kwargs["tool_calls"][1]["function"]["arguments"]
+    assert json.loads(raw) == {"command": "echo safe"}
+    assert rewritten.content[2]["input"] == {"command": "echo safe"}  # type: ignore[index]
+    assert rewritten.tool_calls[0]["args"] == {"path": "/"}
+
+
+def test_pairing_uses_each_result_once_and_after_its_call() -> None:
+    messages = [
+        HumanMessage("go"),
+        AIMessage("", tool_calls=[{"name": "a", "args": {}, "id": "same"}]),
+        ToolMessage("first", tool_call_id="same"),
+        AIMessage("", tool_calls=[{"name": "a", "args": {}, "id": "same"}]),
+        ToolMessage("second", tool_call_id="same"),
+        AIMessage("", tool_calls=[{"name": "b", "args": {}, "id": "lost"}]),
+    ]
+    pairs = pair_tool_call_results(messages)
+    assert [(p.ai_index, p.result.content if p.result else None) for p in pairs] == [
+        (1, "first"),
+        (3, "second"),
+        (5, None),
+    ]

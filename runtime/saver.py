@@ -101,12 +101,13 @@ MIGRATIONS: list[str] = [
     content BYTEA NOT NULL,
     message_id TEXT,
     PRIMARY KEY (thread_id, checkpoint_ns, seq),
-    UNIQUE (thread_id, checkpoint_ns, key),
+    -- led by the digest, so the primary key is the only index a seq lookup can use
+    UNIQUE (key, thread_id, checkpoint_ns),
     FOREIGN KEY (thread_id, checkpoint_ns, content)
         REFERENCES checkpoint_message_contents (thread_id, checkpoint_ns, digest)
 )""",
     """CREATE INDEX CONCURRENTLY IF NOT EXISTS checkpoint_messages_content_idx
-    ON checkpoint_messages (thread_id, checkpoint_ns, content)""",
+    ON checkpoint_messages (content, thread_id, checkpoint_ns)""",
     # adelete_for_runs finds a run's checkpoints without knowing its thread.
     """CREATE INDEX CONCURRENTLY IF NOT EXISTS checkpoints_run_id_idx
     ON checkpoints ((metadata ->> 'run_id'))""",
@@ -165,46 +166,54 @@ AND c.digest = ANY(%(candidates)s) AND NOT EXISTS (
 )
 """
 
+# Every lookup is a LATERAL probe of a primary key (a range of seqs per run),
+# fenced with LIMIT / OFFSET 0 so that stale statistics cannot flatten it into a
+# join over all of a thread's rows.
 _MESSAGES_COLUMN = f"""(
         select array_agg(array[
             m.seq::text::bytea,
             convert_to(coalesce(m.message_id, ''), 'UTF8'),
             (m.message_id is not null)::text::bytea,
-            c.type::bytea,
-            c.blob
+            m.type::bytea,
+            m.blob
         ])
         from (
-            select distinct s.seq
-            from (
-                select bl.blob
-                from jsonb_each_text(checkpoint -> 'channel_versions') as v
-                inner join checkpoint_blobs bl
-                    on bl.thread_id = checkpoints.thread_id
-                    and bl.checkpoint_ns = checkpoints.checkpoint_ns
-                    and bl.channel = v.key
-                    and bl.version = v.value
-                where bl.type = '{MESSAGE_REFS_TYPE}'
-                union all
-                select cw.blob
-                from checkpoint_writes cw
-                where cw.thread_id = checkpoints.thread_id
-                    and cw.checkpoint_ns = checkpoints.checkpoint_ns
-                    and cw.checkpoint_id = checkpoints.checkpoint_id
-                    and cw.type = '{MESSAGE_REFS_TYPE}'
-            ) as refs
-            cross join lateral jsonb_array_elements(convert_from(refs.blob, 'UTF8')::jsonb) as r
-            cross join lateral generate_series(
-                (r ->> 0)::bigint, (r ->> 0)::bigint + (r ->> 1)::bigint - 1
-            ) as s(seq)
-        ) as want
-        inner join checkpoint_messages m
-            on m.thread_id = checkpoints.thread_id
-            and m.checkpoint_ns = checkpoints.checkpoint_ns
-            and m.seq = want.seq
-        inner join checkpoint_message_contents c
-            on c.thread_id = m.thread_id
-            and c.checkpoint_ns = m.checkpoint_ns
-            and c.digest = m.content
+            select bl.blob
+            from jsonb_each_text(checkpoint -> 'channel_versions') as v
+            cross join lateral (
+                select b.blob from checkpoint_blobs b
+                where b.thread_id = checkpoints.thread_id
+                    and b.checkpoint_ns = checkpoints.checkpoint_ns
+                    and b.channel = v.key
+                    and b.version = v.value
+                    and b.type = '{MESSAGE_REFS_TYPE}'
+                limit 1
+            ) as bl
+            union all
+            select cw.blob
+            from checkpoint_writes cw
+            where cw.thread_id = checkpoints.thread_id
+                and cw.checkpoint_ns = checkpoints.checkpoint_ns
+                and cw.checkpoint_id = checkpoints.checkpoint_id
+                and cw.type = '{MESSAGE_REFS_TYPE}'
+        ) as refs
+        cross join lateral jsonb_array_elements(convert_from(refs.blob, 'UTF8')::jsonb) as r
+        cross join lateral (
+            select mm.seq, mm.message_id, cc.type, cc.blob
+            from checkpoint_messages mm
+            cross join lateral (
+                select c.type, c.blob from checkpoint_message_contents c
+                where c.thread_id = mm.thread_id
+                    and c.checkpoint_ns = mm.checkpoint_ns
+                    and c.digest = mm.content
+                limit 1
+            ) as cc
+            where mm.thread_id = checkpoints.thread_id
+                and mm.checkpoint_ns = checkpoints.checkpoint_ns
+                and mm.seq >= (r ->> 0)::bigint
+                and mm.seq < (r ->> 0)::bigint + (r ->> 1)::bigint
+            offset 0
+        ) as m
     ) as messages"""
 
 _STOCK_TAIL = "as pending_writes\nfrom checkpoints "

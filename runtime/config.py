@@ -102,7 +102,12 @@ class DatabasePoolConfig(_Section):
     timeout: float = Field(default=30.0, gt=0, description="wait for a free connection")
     max_idle: float = Field(default=300.0, gt=0, description="close idle extra connections")
     max_lifetime: float = Field(default=3600.0, gt=0, description="recycle connections")
-    reconnect_timeout: float = Field(default=300.0, gt=0, description="give up reconnecting")
+    reconnect_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="background reconnect attempts (with backoff) stop after this; later "
+        "requests reconnect on demand, so a short value means a quick recovery",
+    )
     check: bool = Field(default=True, description="probe a connection before handing it out")
 
     @model_validator(mode="after")
@@ -131,7 +136,10 @@ class DatabaseConfig(_Section):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    uri: str | None = Field(default=None, description="postgresql://user:pass@host:port/db")
+    uri: str | None = Field(
+        default=None,
+        description="postgresql://user:pass@host:port/db (or a libpq key=value string)",
+    )
     schema_name: str | None = Field(
         default=None, alias="schema", description="created if missing; used via search_path"
     )
@@ -148,13 +156,13 @@ class DatabaseConfig(_Section):
         if value is None or not value.strip():
             return None
         value = value.strip()
-        if not value.startswith(("postgresql://", "postgres://")):
-            # Never echo the value: it may hold a password.
+        # Never echo the value in an error: it may hold a password.
+        if "://" in value and not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("must be a postgresql:// (or postgres://) URI")
         try:
             conninfo_to_dict(value)
         except psycopg.Error:
-            raise ValueError("is not a valid Postgres connection URI") from None
+            raise ValueError("is not a valid Postgres URI or connection string") from None
         return value
 
     @field_validator("schema_name")

@@ -145,6 +145,10 @@ async def _open_pool(db: DatabaseConfig, conninfo: str) -> AsyncConnectionPool[A
     )
     target = describe_target(conninfo)
     try:
+        # One direct attempt first: it fails at once with the server's reason
+        # (refused, bad password, no such database) instead of a pool timeout.
+        probe = await AsyncConnection.connect(conninfo, **connection_kwargs(db))
+        await probe.close()
         await pool.open(wait=True, timeout=float(db.connect_timeout) + 5.0)
         # Fail at startup, with the reason, if the server refuses us.
         async with pool.connection(timeout=float(db.connect_timeout) + 5.0) as conn:

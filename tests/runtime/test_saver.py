@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from psycopg.rows import dict_row
@@ -57,8 +58,8 @@ async def saver(pg_pool: AsyncConnectionPool[Any]) -> DeerflowPostgresSaver:
     return DeerflowPostgresSaver(pg_pool)
 
 
-def thread_config(thread_id: str | None = None, **metadata: Any) -> dict[str, Any]:
-    config: dict[str, Any] = {"configurable": {"thread_id": thread_id or uuid.uuid4().hex}}
+def thread_config(thread_id: str | None = None, **metadata: Any) -> RunnableConfig:
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id or uuid.uuid4().hex}}
     if metadata:
         config["metadata"] = metadata
     return config
@@ -77,7 +78,7 @@ async def count(pool: AsyncConnectionPool[Any], table: str, thread_id: str) -> i
 async def converse(
     checkpointer: BaseCheckpointSaver[Any],
     turns: int,
-    config: dict[str, Any],
+    config: RunnableConfig,
     *,
     start: int = 0,
     script_turns: int | None = None,
@@ -127,7 +128,7 @@ async def test_agent_history_matches_the_in_memory_saver(saver: DeerflowPostgres
             theirs.values.get("messages", [])
         )
         assert ours.next == theirs.next
-        assert ours.metadata["step"] == theirs.metadata["step"]
+        assert (ours.metadata or {}).get("step") == (theirs.metadata or {}).get("step")
         assert [t.name for t in ours.tasks] == [t.name for t in theirs.tasks]
 
 
@@ -203,10 +204,11 @@ async def test_id_less_messages_round_trip_without_cutting_the_run(
     loaded = await saver.aget_tuple(stored)
     assert loaded is not None
     assert loaded.checkpoint["channel_values"]["messages"] == with_id
-    assert [(task, channel) for task, channel, _ in loaded.pending_writes] == [
+    assert [(task, channel) for task, channel, _ in loaded.pending_writes or []] == [
         ("task-1", "messages"),
         ("task-1", "other"),
     ]
+    assert loaded.pending_writes is not None
     pending = loaded.pending_writes[0][2]
     assert pending[0] == HumanMessage("no id") and pending[0].id is None
     assert isinstance(pending[1], RemoveMessage) and pending[1].id == "m-1"
@@ -330,7 +332,7 @@ async def test_adelete_for_runs_in_the_middle_splices_the_history(
     history = [s async for s in graph.aget_state_history(thread_config(thread_id))]
     assert len(history) == 5
     assert history[-1].parent_config is None
-    assert {s.metadata["run_id"] for s in history} == {"run-b"}
+    assert {(s.metadata or {}).get("run_id") for s in history} == {"run-b"}
 
 
 async def test_adelete_for_runs_with_unknown_runs_is_a_no_op(
@@ -366,7 +368,7 @@ async def test_acopy_thread_copies_rows_exactly(
     assert [s.config["configurable"]["checkpoint_id"] for s in target_history] == [
         s.config["configurable"]["checkpoint_id"] for s in source_history
     ]
-    assert {s.metadata["thread_id"] for s in target_history} == {target_id}
+    assert {(s.metadata or {}).get("thread_id") for s in target_history} == {target_id}
     seqs = "SELECT seq, key FROM checkpoint_messages WHERE thread_id = %s ORDER BY seq"
     assert await rows(pg_pool, seqs, target_id) == await rows(pg_pool, seqs, source_id)
 

@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph.state import CompiledStateGraph
 
-from runtime.scripted_model import ScriptedChatModel
+from runtime.scripted_model import ScriptedChatModel, ScriptTurn
 from runtime.state import ThreadState
 from tests.support.tools import echo
 
@@ -112,7 +112,7 @@ def agent(
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """A real ``create_agent`` graph with the scripted model and the echo tool."""
     return create_agent(
-        ScriptedChatModel(script=script),
+        ScriptedChatModel(script=[ScriptTurn.model_validate(turn) for turn in script]),
         [echo],
         state_schema=ThreadState,
         checkpointer=checkpointer,

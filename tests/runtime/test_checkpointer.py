@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 
 from runtime.checkpointer import make_checkpointer
 from runtime.config import reset_settings_cache
@@ -47,10 +48,9 @@ async def test_with_a_uri_checkpointer_and_store_share_one_pool(
         assert store.conn is saver.conn  # type: ignore[attr-defined]
         pool = saver.conn
         questions, script = thread_turns(1, question_words=5, tool_words=5)
-        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        config: RunnableConfig = {"configurable": {"thread_id": uuid.uuid4().hex}}
         result = await agent(saver, script).ainvoke(
-            {"messages": [HumanMessage(questions[0])]},
-            config,  # type: ignore[arg-type]
+            {"messages": [HumanMessage(questions[0])]}, config
         )
         assert len(result["messages"]) == 4
         await store.aput(("users", "u1"), "profile", {"name": "Ada"})

@@ -45,13 +45,14 @@ async def test_delete_for_runs_rolls_back_and_collects_blobs() -> None:
     assert (await graph.aget_state(config(thread))).values["messages"] == kept["messages"]
     history = [s async for s in graph.aget_state_history(config(thread))]
     assert len(history) == 5
-    used = {
-        (thread, "", channel, str(version))
-        for snapshot in history
-        for channel, version in (await saver.aget_tuple(snapshot.config))
-        .checkpoint["channel_versions"]
-        .items()  # type: ignore[union-attr]
-    }
+    used = set()
+    for snapshot in history:
+        stored = await saver.aget_tuple(snapshot.config)
+        assert stored is not None
+        used |= {
+            (thread, "", channel, str(version))
+            for channel, version in stored.checkpoint["channel_versions"].items()
+        }
     assert set(saver.blobs) <= used
     assert not [
         k
@@ -77,15 +78,15 @@ async def test_copy_thread_is_independent_of_its_source() -> None:
     source, target = uuid.uuid4().hex, uuid.uuid4().hex
     graph, result = await ask(saver, source, 0)
     checkpoints = saver.storage[source][""]
-    for cid, (checkpoint, metadata, parent) in list(checkpoints.items()):
+    for cid, (checkpoint, stored, parent) in list(checkpoints.items()):
         # What the server's adapter stamps on every checkpoint.
-        stamped = {**saver.serde.loads_typed(metadata), "thread_id": source}
+        stamped = {**saver.serde.loads_typed(stored), "thread_id": source}
         checkpoints[cid] = (checkpoint, saver.serde.dumps_typed(stamped), parent)
     await saver.acopy_thread(source, target)
     copied = (await graph.aget_state(config(target))).values["messages"]
     assert copied == result["messages"]
-    metadata = [s.metadata async for s in graph.aget_state_history(config(target))]
-    assert {(m or {}).get("thread_id") for m in metadata} == {target}
+    stamps = [dict(s.metadata or {}) async for s in graph.aget_state_history(config(target))]
+    assert {m.get("thread_id") for m in stamps} == {target}
 
     await ask(saver, target, 1)
     assert len((await graph.aget_state(config(target))).values["messages"]) == 8

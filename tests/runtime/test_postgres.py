@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
@@ -193,12 +194,12 @@ def connections_blocked(dbname: str) -> Iterator[None]:
 async def test_saver_survives_a_database_outage() -> None:
     """Down: a clear error after ``pool.timeout``. Back: the next call works."""
     with fresh_database("deerflow_outage") as uri:
-        dbname = conninfo_to_dict(uri)["dbname"]
+        dbname = str(conninfo_to_dict(uri)["dbname"])
         db = db_config(uri, pool={"timeout": 2, "reconnect_timeout": 1})
         async with shared_pool(db) as (pool, _):
             saver = DeerflowPostgresSaver(pool)
             await saver.setup()
-            config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
             assert await saver.aget_tuple(config) is None
             with connections_blocked(dbname):
                 with pytest.raises(PostgresUnavailableError) as info:

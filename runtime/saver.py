@@ -862,6 +862,7 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
             await _delete_threads(cur, [thread_id])
         self._forget_threads([thread_id])
+        logger.info("checkpointer adelete_thread: deleted thread %s", thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) that ``run_ids`` created.
@@ -907,6 +908,11 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             for thread_id, ns in by_ns:
                 await _collect_messages(cur, thread_id, ns)
         self._forget_threads(t for t, _ in by_ns)
+        logger.info(
+            "checkpointer adelete_for_runs: deleted %d checkpoint(s) of run(s) %s",
+            len(deleted),
+            ", ".join(ids),
+        )
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every row of a thread to a new thread id, in one snapshot."""
@@ -919,8 +925,16 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             if await cur.fetchone() is not None:
                 raise ValueError(f"acopy_thread: target thread {target!r} already has checkpoints")
             params = {"source": source, "target": target}
+            copied = 0
             for statement in _COPY_SQL:
                 await cur.execute(statement, params, prepare=False)
+                copied = copied or cur.rowcount
+        logger.info(
+            "checkpointer acopy_thread: copied %d checkpoint(s) from %s to %s",
+            copied,
+            source,
+            target,
+        )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: the stock prune, then drop messages it orphaned.
@@ -933,6 +947,7 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
                 async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                     await _delete_threads(cur, ids)
                 self._forget_threads(ids)
+                logger.info("checkpointer aprune(%s): deleted %d thread(s)", strategy, len(ids))
             return
         if strategy != "keep_latest":
             raise ValueError(f"Unknown prune strategy: {strategy!r}")
@@ -949,6 +964,7 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             for row in await cur.fetchall():
                 await _collect_messages(cur, row["thread_id"], row["checkpoint_ns"])
         self._forget_threads(ids)
+        logger.info("checkpointer aprune(keep_latest): pruned %d thread(s)", len(ids))
 
 
 # --------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def assert_no_fallback(log: str) -> None:
         assert warning not in log, warning
 
 
-def admin(statement: sql.Composable | str, *params: Any) -> list[tuple[Any, ...]]:
+def admin(statement: sql.Composed | str, *params: Any) -> list[tuple[Any, ...]]:
     with psycopg.connect(admin_uri(), autocommit=True) as conn:
         cursor = conn.execute(statement, params or None)
         return cursor.fetchall() if cursor.description else []
@@ -95,7 +95,7 @@ def database_stopped(dbname: str) -> Iterator[None]:
 
 async def run(server: DevServer, thread_id: str, text: str, **kwargs: Any) -> tuple[str, Any]:
     """Start a run, wait for it, and return its status and output."""
-    client = server.client()
+    client: Any = server.client()
     created = await client.runs.create(
         thread_id,
         "lead_agent",
@@ -127,7 +127,8 @@ async def test_threads_survive_a_restart_and_rollback_copy_delete_take_the_fast_
     env = server_env(config, database)
 
     first = dev_server(env=env)
-    thread_id = (await first.client().threads.create())["thread_id"]
+    first_client: Any = first.client()
+    thread_id = (await first_client.threads.create())["thread_id"]
     status, output = await run(first, thread_id, "first")
     assert status == "success"
     assert [m["content"] for m in output["messages"]] == ["first", "one"]
@@ -137,7 +138,7 @@ async def test_threads_survive_a_restart_and_rollback_copy_delete_take_the_fast_
 
     # A new process: the whole history is back, and the conversation goes on.
     second = dev_server(env=env)
-    client = second.client()
+    client: Any = second.client()
     state = await client.threads.get_state(thread_id)
     assert contents(state) == ["first", "one"]
     history = await client.threads.get_history(thread_id, limit=50)
@@ -206,7 +207,7 @@ async def test_runs_ride_out_a_postgres_restart_and_fail_clearly_while_it_is_dow
         database={"pool": {"timeout": 4, "reconnect_timeout": 2}},
     )
     server = dev_server(env=server_env(config, database))
-    client = server.client()
+    client: Any = server.client()
     dbname = str(conninfo_to_dict(database)["dbname"])
     thread_id = (await client.threads.create())["thread_id"]
     assert (await run(server, thread_id, "a"))[0] == "success"

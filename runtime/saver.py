@@ -33,12 +33,13 @@ PostgreSQL 14+ (``range_agg``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -355,6 +356,32 @@ class _Plan:
     next_neg: int = -1
 
 
+def _assign(
+    unique: Mapping[bytes, _Interned],
+    known: Mapping[bytes, tuple[int, bytes]],
+    next_pos: int,
+    next_neg: int,
+    contents: set[bytes] | None = None,
+) -> _Plan:
+    """Give every message a seq: the known one, or the next free positive/negative."""
+    plan = _Plan(next_pos=next_pos, next_neg=next_neg)
+    have = {c for _, c in known.values()} if contents is None else set(contents)
+    for key, item in unique.items():
+        if key in known:
+            plan.seqs[key] = known[key]
+            continue
+        if item.positive:
+            seq, plan.next_pos = plan.next_pos, plan.next_pos + 1
+        else:
+            seq, plan.next_neg = plan.next_neg, plan.next_neg - 1
+        if item.content not in have:
+            have.add(item.content)
+            plan.contents.append((item.content, *item.typed))
+        plan.messages.append((seq, key, item.content, item.message_id))
+        plan.seqs[key] = (seq, item.content)
+    return plan
+
+
 class DeerflowPostgresSaver(AsyncPostgresSaver):
     """``AsyncPostgresSaver`` with interned messages and the server's fast paths."""
 
@@ -379,6 +406,8 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         # "lookups": puts that had to ask the database which messages exist;
         # "retries": puts redone after a stale cache clashed with the database.
         self.stats: Counter[str] = Counter()
+        # Message keys being inserted by a put in flight, per thread namespace.
+        self._inflight: dict[tuple[str, str], dict[bytes, asyncio.Future[None]]] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -456,12 +485,6 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             self._thread_locks[key] = lock
         return lock
 
-    def _cache_get(self, thread_id: str, ns: str) -> _ThreadCache | None:
-        entry = self._heads.get((thread_id, ns))
-        if entry is not None:
-            self._heads.move_to_end((thread_id, ns))
-        return entry
-
     def _cache_put(self, thread_id: str, ns: str, entry: _ThreadCache) -> None:
         self._heads[(thread_id, ns)] = entry
         self._heads.move_to_end((thread_id, ns))
@@ -475,64 +498,124 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
 
     # ------------------------------------------------------------------ writes
 
-    async def _plan(
+    async def _plan_cached(
+        self, thread_id: str, ns: str, unique: Mapping[bytes, _Interned]
+    ) -> tuple[_Plan, asyncio.Future[None]] | None:
+        """Seqs from what this process knows (None: nothing known, look it up).
+
+        A message another put of this process is inserting right now is waited
+        for, not inserted twice. Seqs for new rows are reserved before any
+        await, so concurrent puts never pick the same numbers; a clash with
+        another process trips the database's unique constraints and the put is
+        retried with a lookup.
+        """
+        key = (thread_id, ns)
+        while True:
+            cache = self._heads.get(key)
+            if cache is None:
+                return None
+            known = cache.known()
+            inflight = self._inflight.setdefault(key, {})
+            busy = {inflight[k] for k in unique if k not in known and k in inflight}
+            if not busy:
+                break
+            await asyncio.wait(busy)
+        plan = _assign(unique, known, cache.next_pos, cache.next_neg)
+        cache.next_pos, cache.next_neg = plan.next_pos, plan.next_neg
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for _, new_key, _, _ in plan.messages:
+            inflight[new_key] = done
+        self._heads.move_to_end(key)
+        return plan, done
+
+    async def _plan_lookup(
+        self, cur: AsyncCursor[DictRow], thread_id: str, ns: str, unique: Mapping[bytes, _Interned]
+    ) -> _Plan:
+        """Seqs from the database; rows found are locked until the put commits."""
+        self.stats["lookups"] += 1
+        known: dict[bytes, tuple[int, bytes]] = {}
+        await cur.execute(_LOOKUP_MESSAGES_SQL, (thread_id, ns, list(unique)), prepare=False)
+        for row in await cur.fetchall():
+            known[bytes(row["key"])] = (int(row["seq"]), bytes(row["content"]))
+        contents = {c for _, c in known.values()}
+        missing = list({i.content for k, i in unique.items() if k not in known} - contents)
+        if missing:
+            await cur.execute(_LOOKUP_CONTENTS_SQL, (thread_id, ns, missing), prepare=False)
+            contents |= {bytes(r["digest"]) for r in await cur.fetchall()}
+        await cur.execute(_SEQ_BOUNDS_SQL, (thread_id, ns))
+        bounds = await cur.fetchone()
+        assert bounds is not None
+        return _assign(
+            unique,
+            known,
+            max(int(bounds["hi"]), 0) + 1,
+            min(int(bounds["lo"]), 0) - 1,
+            contents,
+        )
+
+    async def _write(
         self,
-        cur: AsyncCursor[DictRow],
         thread_id: str,
         ns: str,
         items: Sequence[_Interned],
-        cache: _ThreadCache | None,
+        statements: Callable[[AsyncCursor[DictRow], _Plan], Awaitable[None]],
     ) -> _Plan:
-        """Seqs for ``items``: from the cache, or looked up (and locked) in the DB."""
-        plan = _Plan()
+        """Insert the interned rows ``items`` need, then ``statements``, in one transaction."""
         unique: dict[bytes, _Interned] = {}
         for item in items:
             unique.setdefault(item.key, item)
-        if not unique:
-            if cache is not None:
-                plan.next_pos, plan.next_neg = cache.next_pos, cache.next_neg
-            return plan
-        if cache is not None:
-            known = cache.known()
-            known_contents = {content for _, content in known.values()}
-            plan.next_pos, plan.next_neg = cache.next_pos, cache.next_neg
-        else:
-            self.stats["lookups"] += 1
-            known = {}
-            await cur.execute(_LOOKUP_MESSAGES_SQL, (thread_id, ns, list(unique)), prepare=False)
-            for row in await cur.fetchall():
-                known[bytes(row["key"])] = (int(row["seq"]), bytes(row["content"]))
-            known_contents = {c for _, c in known.values()}
-            missing_contents = list(
-                {i.content for k, i in unique.items() if k not in known} - known_contents
+        for attempt in range(_PUT_ATTEMPTS):
+            reserved = None
+            if unique and attempt == 0:
+                reserved = await self._plan_cached(thread_id, ns, unique)
+                lookup = self._thread_lock(thread_id, ns)
+                if reserved is None and lookup.locked():
+                    # Another put is looking this thread up; its result will do.
+                    async with lookup:
+                        pass
+                    reserved = await self._plan_cached(thread_id, ns, unique)
+            plan, done = reserved if reserved is not None else (None, None)
+            lock: Any = (
+                self._thread_lock(thread_id, ns)
+                if unique and plan is None
+                else contextlib.nullcontext()
             )
-            if missing_contents:
-                await cur.execute(
-                    _LOOKUP_CONTENTS_SQL, (thread_id, ns, missing_contents), prepare=False
-                )
-                known_contents |= {bytes(r["digest"]) for r in await cur.fetchall()}
-            await cur.execute(_SEQ_BOUNDS_SQL, (thread_id, ns))
-            bounds = await cur.fetchone()
-            assert bounds is not None
-            plan.next_pos = max(int(bounds["hi"]), 0) + 1
-            plan.next_neg = min(int(bounds["lo"]), 0) - 1
-        new_contents: set[bytes] = set()
-        for key, item in unique.items():
-            if key in known:
-                plan.seqs[key] = known[key]
+            try:
+                async with (
+                    lock,
+                    self._connection() as conn,
+                    conn.pipeline(),
+                    conn.transaction(),
+                    conn.cursor(binary=True, row_factory=dict_row) as cur,
+                ):
+                    if plan is None:
+                        plan = (
+                            await self._plan_lookup(cur, thread_id, ns, unique)
+                            if unique
+                            else _Plan()
+                        )
+                    await self._execute_plan(cur, thread_id, ns, plan)
+                    await statements(cur, plan)
+            except (psycopg.errors.UniqueViolation, psycopg.errors.ForeignKeyViolation):
+                self.stats["retries"] += 1
+                self._heads.pop((thread_id, ns), None)
+                if attempt == _PUT_ATTEMPTS - 1:
+                    raise
                 continue
-            if item.positive:
-                seq = plan.next_pos
-                plan.next_pos += 1
-            else:
-                seq = plan.next_neg
-                plan.next_neg -= 1
-            if item.content not in known_contents and item.content not in new_contents:
-                new_contents.add(item.content)
-                plan.contents.append((item.content, *item.typed))
-            plan.messages.append((seq, key, item.content, item.message_id))
-            plan.seqs[key] = (seq, item.content)
-        return plan
+            finally:
+                if done is not None:
+                    self._release(thread_id, ns, done)
+            return plan
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _release(self, thread_id: str, ns: str, done: asyncio.Future[None]) -> None:
+        inflight = self._inflight.get((thread_id, ns), {})
+        for k in [k for k, f in inflight.items() if f is done]:
+            del inflight[k]
+        if not inflight:
+            self._inflight.pop((thread_id, ns), None)
+        if not done.done():
+            done.set_result(None)
 
     async def _execute_plan(
         self, cur: AsyncCursor[DictRow], thread_id: str, ns: str, plan: _Plan
@@ -585,7 +668,6 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             return rows, interned
 
         plain_rows, interned = await asyncio.to_thread(serialise)
-        all_items = [item for items in interned.values() for item in items]
         checkpoint_row = (
             thread_id,
             ns,
@@ -594,44 +676,21 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             Jsonb(stored),
             Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
         )
-        async with self._thread_lock(thread_id, ns):
-            for attempt in range(_PUT_ATTEMPTS):
-                cache = self._cache_get(thread_id, ns) if attempt == 0 else None
-                try:
-                    async with (
-                        self._connection() as conn,
-                        conn.pipeline(),
-                        conn.transaction(),
-                        conn.cursor(binary=True, row_factory=dict_row) as cur,
-                    ):
-                        plan = await self._plan(cur, thread_id, ns, all_items, cache)
-                        await self._execute_plan(cur, thread_id, ns, plan)
-                        blob_rows = list(plain_rows)
-                        for channel, items in interned.items():
-                            refs = encode_refs([plan.seqs[i.key][0] for i in items])
-                            blob_rows.append(
-                                (
-                                    thread_id,
-                                    ns,
-                                    channel,
-                                    str(versions[channel]),
-                                    MESSAGE_REFS_TYPE,
-                                    refs,
-                                )
-                            )
-                        if blob_rows:
-                            await cur.executemany(self.UPSERT_CHECKPOINT_BLOBS_SQL, blob_rows)
-                        await cur.execute(self.UPSERT_CHECKPOINTS_SQL, checkpoint_row)
-                except (psycopg.errors.UniqueViolation, psycopg.errors.ForeignKeyViolation):
-                    self.stats["retries"] += 1
-                    self._heads.pop((thread_id, ns), None)
-                    if attempt == _PUT_ATTEMPTS - 1:
-                        raise
-                    continue
-                self._advance_cache(
-                    thread_id, ns, parent_id, checkpoint["id"], cache, interned, plan
+
+        async def statements(cur: AsyncCursor[DictRow], plan: _Plan) -> None:
+            blob_rows = list(plain_rows)
+            for channel, items in interned.items():
+                refs = encode_refs([plan.seqs[i.key][0] for i in items])
+                blob_rows.append(
+                    (thread_id, ns, channel, str(versions[channel]), MESSAGE_REFS_TYPE, refs)
                 )
-                break
+            if blob_rows:
+                await cur.executemany(self.UPSERT_CHECKPOINT_BLOBS_SQL, blob_rows)
+            await cur.execute(self.UPSERT_CHECKPOINTS_SQL, checkpoint_row)
+
+        items = [item for channel_items in interned.values() for item in channel_items]
+        plan = await self._write(thread_id, ns, items, statements)
+        self._advance_cache(thread_id, ns, parent_id, checkpoint["id"], interned, plan)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -646,7 +705,6 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         ns: str,
         parent_id: str | None,
         new_id: str,
-        cache: _ThreadCache | None,
         interned: Mapping[str, list[_Interned]],
         plan: _Plan,
     ) -> None:
@@ -655,16 +713,18 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         It shares the parent's unchanged lists; writes saved for it (or for a
         later checkpoint) before it was put stay, older writes are forgotten.
         """
-        if cache is None and not interned:
-            self._heads.pop((thread_id, ns), None)
+        current = self._heads.get((thread_id, ns))
+        if current is None and not interned:
             return
-        entry = _ThreadCache(head=new_id, next_pos=plan.next_pos, next_neg=plan.next_neg)
-        if cache is not None:
-            if cache.head == parent_id:
-                entry.lists = dict(cache.lists)
-            entry.writes = {cid: w for cid, w in cache.writes.items() if cid >= new_id}
-            if not interned:
-                entry.next_pos, entry.next_neg = cache.next_pos, cache.next_neg
+        entry = _ThreadCache(head=new_id)
+        if current is not None:
+            if current.head == parent_id:
+                entry.lists = dict(current.lists)
+            entry.writes = {cid: w for cid, w in current.writes.items() if cid >= new_id}
+            entry.next_pos, entry.next_neg = current.next_pos, current.next_neg
+        if interned:
+            entry.next_pos = max(entry.next_pos, plan.next_pos)
+            entry.next_neg = min(entry.next_neg, plan.next_neg)
         for channel, items in interned.items():
             entry.lists[channel] = {i.key: plan.seqs[i.key] for i in items}
         self._cache_put(thread_id, ns, entry)
@@ -700,8 +760,8 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             return out
 
         prepared = await asyncio.to_thread(serialise)
-        all_items = [i for _, _, p in prepared if isinstance(p, list) for i in p]
-        if not all_items:
+        items = [i for _, _, p in prepared if isinstance(p, list) for i in p]
+        if not items:
             rows = [
                 (thread_id, ns, checkpoint_id, task_id, task_path, idx, channel, *payload)
                 for idx, channel, payload in prepared
@@ -710,53 +770,28 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             async with self._cursor(pipeline=True) as cur:
                 await cur.executemany(query, rows)
             return
-        async with self._thread_lock(thread_id, ns):
-            for attempt in range(_PUT_ATTEMPTS):
-                cache = self._cache_get(thread_id, ns) if attempt == 0 else None
-                try:
-                    async with (
-                        self._connection() as conn,
-                        conn.pipeline(),
-                        conn.transaction(),
-                        conn.cursor(binary=True, row_factory=dict_row) as cur,
-                    ):
-                        plan = await self._plan(cur, thread_id, ns, all_items, cache)
-                        await self._execute_plan(cur, thread_id, ns, plan)
-                        rows = []
-                        for idx, channel, payload in prepared:
-                            if isinstance(payload, list):
-                                typed: tuple[str, bytes] = (
-                                    MESSAGE_REFS_TYPE,
-                                    encode_refs([plan.seqs[i.key][0] for i in payload]),
-                                )
-                            else:
-                                typed = payload
-                            rows.append(
-                                (
-                                    thread_id,
-                                    ns,
-                                    checkpoint_id,
-                                    task_id,
-                                    task_path,
-                                    idx,
-                                    channel,
-                                    *typed,
-                                )
-                            )
-                        await cur.executemany(query, rows)
-                except (psycopg.errors.UniqueViolation, psycopg.errors.ForeignKeyViolation):
-                    self.stats["retries"] += 1
-                    self._heads.pop((thread_id, ns), None)
-                    if attempt == _PUT_ATTEMPTS - 1:
-                        raise
-                    continue
-                entry = cache or _ThreadCache(head=None)
-                entry.writes.setdefault(checkpoint_id, {}).update(
-                    {i.key: plan.seqs[i.key] for i in all_items}
+
+        async def statements(cur: AsyncCursor[DictRow], plan: _Plan) -> None:
+            rows = []
+            for idx, channel, payload in prepared:
+                typed = (
+                    (MESSAGE_REFS_TYPE, encode_refs([plan.seqs[i.key][0] for i in payload]))
+                    if isinstance(payload, list)
+                    else payload
                 )
-                entry.next_pos, entry.next_neg = plan.next_pos, plan.next_neg
-                self._cache_put(thread_id, ns, entry)
-                break
+                rows.append(
+                    (thread_id, ns, checkpoint_id, task_id, task_path, idx, channel, *typed)
+                )
+            await cur.executemany(query, rows)
+
+        plan = await self._write(thread_id, ns, items, statements)
+        entry = self._heads.get((thread_id, ns))
+        if entry is None:
+            entry = _ThreadCache(head=None, next_pos=plan.next_pos, next_neg=plan.next_neg)
+        entry.writes.setdefault(checkpoint_id, {}).update({i.key: plan.seqs[i.key] for i in items})
+        entry.next_pos = max(entry.next_pos, plan.next_pos)
+        entry.next_neg = min(entry.next_neg, plan.next_neg)
+        self._cache_put(thread_id, ns, entry)
 
     # ------------------------------------------------------------------- reads
 
@@ -965,6 +1000,25 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
                 await _collect_messages(cur, row["thread_id"], row["checkpoint_ns"])
         self._forget_threads(ids)
         logger.info("checkpointer aprune(keep_latest): pruned %d thread(s)", len(ids))
+
+    def _bridge(self, coroutine: Any) -> Any:
+        """Run an async method from another thread, like the stock sync methods."""
+        try:
+            if asyncio.get_running_loop() is self.loop:
+                coroutine.close()
+                raise asyncio.InvalidStateError(
+                    "Synchronous calls to DeerflowPostgresSaver are only allowed from a "
+                    "different thread; use the async method on the event loop."
+                )
+        except RuntimeError:
+            pass
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._bridge(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._bridge(self.acopy_thread(source_thread_id, target_thread_id))
 
 
 # --------------------------------------------------------------------------

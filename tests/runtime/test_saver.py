@@ -461,3 +461,18 @@ async def test_a_200_turn_thread_stays_within_3x_its_raw_messages(
     # The messages themselves are stored exactly once.
     contents = next(t for t in tables if t["t"] == "checkpoint_message_contents")
     assert int(contents["n"]) == 800
+
+
+async def test_sync_bridges_work_from_another_thread_only(
+    saver: DeerflowPostgresSaver,
+) -> None:
+    source = thread_config()
+    graph, result = await converse(saver, 1, source)
+    target_id = uuid.uuid4().hex
+    await asyncio.to_thread(saver.copy_thread, source["configurable"]["thread_id"], target_id)
+    assert (await graph.aget_state(thread_config(target_id))).values["messages"] == result[
+        "messages"
+    ]
+    await asyncio.to_thread(saver.delete_for_runs, ["nothing-to-delete"])
+    with pytest.raises(asyncio.InvalidStateError):
+        saver.copy_thread(target_id, uuid.uuid4().hex)

@@ -114,11 +114,11 @@ def memory_bytes(saver: DeerflowMemorySaver, thread_id: str) -> int:
     for checkpoints in saver.storage.get(thread_id, {}).values():
         for checkpoint, metadata, _ in checkpoints.values():
             total += len(checkpoint[1]) + len(metadata[1])
-    for key, writes in saver.writes.items():
-        if key[0] == thread_id:
+    for write_key, writes in saver.writes.items():
+        if write_key[0] == thread_id:
             total += sum(len(w[2][1]) for w in writes.values())
-    for key, blob in saver.blobs.items():
-        if key[0] == thread_id:
+    for blob_key, blob in saver.blobs.items():
+        if blob_key[0] == thread_id:
             total += len(blob[1] or b"")
     return total
 

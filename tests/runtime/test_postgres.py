@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 from langchain_core.runnables import RunnableConfig
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
@@ -28,6 +29,7 @@ from runtime.postgres import (
 from runtime.saver import DeerflowPostgresSaver
 from tests.support.postgres import admin_uri, fresh_database
 from tests.support.scripted import ai_text, write_config
+from tests.support.server import PROJECT_ROOT
 
 SECRET = "s3cret-pw"
 
@@ -45,6 +47,11 @@ def test_database_section_defaults_are_pooler_safe() -> None:
     assert db.prepare_threshold is None
     assert db.pool.check is True
     assert db.keepalives.enabled is True
+
+
+def test_the_documented_database_section_matches_the_defaults() -> None:
+    example = yaml.safe_load((PROJECT_ROOT / "config.example.yaml").read_text(encoding="utf-8"))
+    assert DatabaseConfig.model_validate(example["database"]) == DatabaseConfig()
 
 
 def test_conninfo_adds_timeouts_keepalives_and_schema_but_the_uri_wins() -> None:

@@ -25,6 +25,14 @@ os.environ.setdefault("LANGGRAPH_CLI_NO_ANALYTICS", "1")
 os.environ.setdefault("LANGGRAPH_NO_VERSION_CHECK", "true")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _in_memory_persistence() -> None:
+    """Servers in the suite use the in-memory checkpointer unless a test asks for Postgres
+    (session-scoped, so it runs before the session's in-process server starts)."""
+    for key in ("DEERFLOW_POSTGRES_URI", "DEERFLOW_POSTGRES_SCHEMA"):
+        os.environ.pop(key, None)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every test starts from the built-in defaults, with data under a temp dir."""

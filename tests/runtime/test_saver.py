@@ -405,10 +405,11 @@ async def test_aprune_keep_latest_keeps_the_state_and_collects_garbage(
         "SELECT count(*) AS n FROM checkpoint_message_contents WHERE thread_id = %s",
         thread_id,
     )
-    # What is left: the remaining messages and the RemoveMessage markers that the
-    # latest checkpoint's own pending writes still hold.
-    writes = await count(pg_pool, "checkpoint_writes", thread_id)
-    assert contents[0]["n"] == len(remaining) + (len(first) if writes else 0)
+    # Only what the kept checkpoint references is left: the first exchange and
+    # the RemoveMessage markers went with the pruned checkpoints and their writes.
+    assert await count(pg_pool, "checkpoint_writes", thread_id) == 0
+    assert contents[0]["n"] == len(remaining)
+    assert await count(pg_pool, "checkpoint_messages", thread_id) == len(remaining)
     questions, script = thread_turns(3, question_words=8, tool_words=20)
     after = await agent(saver, script).ainvoke({"messages": [HumanMessage(questions[2])]}, config)
     assert after["messages"][: len(remaining)] == remaining

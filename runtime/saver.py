@@ -22,12 +22,16 @@ positive numbers in list order, so a list is one contiguous run; id-less write
 forms (a tool result before ``add_messages`` gives it an id) and
 ``RemoveMessage`` markers take negative numbers, so they never cut a run.
 
-Concurrency: rows reachable from a thread's latest checkpoint are never
-deleted by prune, so a writer may reuse what its parent checkpoint references
-(cached in-process) without locking; anything else it looks up is locked
-``FOR KEY SHARE`` and garbage collection locks candidates ``FOR UPDATE`` and
-re-checks references in a fresh snapshot before deleting. Requires
-PostgreSQL 14+ (``range_agg``).
+Concurrency: rows that a thread's newest checkpoint references are never
+deleted by prune, so a put may reuse what this process knows that checkpoint
+references (an in-process cache of a few hundred threads) without a lookup or
+a lock; a message another put is inserting at that moment is waited for, not
+inserted twice. A stale cache (another replica wrote the thread) trips the
+unique constraints, and the put is retried with a lookup whose rows are locked
+``FOR KEY SHARE``; garbage collection locks candidates ``FOR UPDATE`` and
+re-checks references in a fresh snapshot before deleting. As with the stock
+saver's blobs, a fork written from an old checkpoint while prune runs on the
+same thread is not protected. Requires PostgreSQL 14+ (``range_agg``).
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ MESSAGE_REFS_TYPE = "deerflow-msgrefs"
 
 _PRUNE_DELETE_STRATEGIES = frozenset({"delete", "delete_all"})
 _PUT_ATTEMPTS = 4
-_CACHE_THREADS = 512
+_CACHE_THREADS = 256
 
 MIGRATIONS: list[str] = [
     "CREATE TABLE IF NOT EXISTS deerflow_checkpoint_migrations (v INTEGER PRIMARY KEY)",

@@ -50,5 +50,12 @@ typecheck:
 pytest: install
 	$(BIN)/pytest
 
+# Checkpoint write latency and storage, Postgres vs in-memory (TURNS=200 by default);
+# writes bench/results/checkpointer.md.
+.PHONY: bench-checkpointer
+bench-checkpointer: install
+	@bash scripts/ensure-postgres.sh
+	$(BIN)/python -m bench.checkpointer
+
 clean:
 	rm -rf $(VENV) .langgraph_api .mypy_cache .pytest_cache .ruff_cache

@@ -16,7 +16,9 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
+import psycopg
 import yaml
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,6 +36,9 @@ __all__ = [
     "AuthConfig",
     "CircuitBreakerConfig",
     "ConfigError",
+    "DatabaseConfig",
+    "DatabaseKeepalivesConfig",
+    "DatabasePoolConfig",
     "JwtAuthConfig",
     "LLMErrorHandlingConfig",
     "ModelConfig",
@@ -97,10 +102,88 @@ class ModelConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
-class DatabaseConfig(_Section):
-    """Postgres persistence (checkpointer and store). Empty URI means in-memory."""
+_SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
-    uri: str | None = None
+
+class DatabasePoolConfig(_Section):
+    """``psycopg_pool.AsyncConnectionPool`` sizing and timeouts (seconds)."""
+
+    min_size: int = Field(default=1, ge=0, description="connections kept open")
+    max_size: int = Field(default=10, ge=1, description="upper bound, incl. checkpointer + store")
+    timeout: float = Field(default=30.0, gt=0, description="wait for a free connection")
+    max_idle: float = Field(default=300.0, gt=0, description="close idle extra connections")
+    max_lifetime: float = Field(default=3600.0, gt=0, description="recycle connections")
+    reconnect_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="background reconnect attempts (with backoff) stop after this; later "
+        "requests reconnect on demand, so a short value means a quick recovery",
+    )
+    check: bool = Field(default=True, description="probe a connection before handing it out")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> DatabasePoolConfig:
+        if self.max_size < self.min_size:
+            raise ValueError("max_size must be >= min_size")
+        return self
+
+
+class DatabaseKeepalivesConfig(_Section):
+    """TCP keepalives, so dead peers (failover, NAT timeouts) are noticed."""
+
+    enabled: bool = True
+    idle: int = Field(default=30, ge=1, description="seconds idle before the first probe")
+    interval: int = Field(default=10, ge=1, description="seconds between probes")
+    count: int = Field(default=3, ge=1, description="lost probes before the link is dead")
+
+
+class DatabaseConfig(_Section):
+    """Postgres persistence (checkpointer and store). No URI means in-memory.
+
+    Why ``prepare_threshold`` defaults to None: server-side prepared statements
+    break behind a transaction pooler (PgBouncer in transaction mode), so they
+    are off unless the operator knows the connection is direct.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    uri: str | None = Field(
+        default=None,
+        description="postgresql://user:pass@host:port/db (or a libpq key=value string)",
+    )
+    schema_name: str | None = Field(
+        default=None, alias="schema", description="created if missing; used via search_path"
+    )
+    connect_timeout: int = Field(default=10, ge=1)
+    application_name: str = Field(default="deerflow-server", min_length=1, max_length=63)
+    prepare_threshold: int | None = Field(default=None, ge=0)
+    setup: bool = Field(default=True, description="create/migrate tables at startup")
+    pool: DatabasePoolConfig = Field(default_factory=DatabasePoolConfig)
+    keepalives: DatabaseKeepalivesConfig = Field(default_factory=DatabaseKeepalivesConfig)
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_shape(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        # Never echo the value in an error: it may hold a password.
+        if "://" in value and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// (or postgres://) URI")
+        try:
+            conninfo_to_dict(value)
+        except psycopg.Error:
+            raise ValueError("is not a valid Postgres URI or connection string") from None
+        return value
+
+    @field_validator("schema_name")
+    @classmethod
+    def _schema_identifier(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not _SQL_IDENTIFIER.match(value):
+            raise ValueError("must be a plain SQL identifier (letters, digits, _; max 63)")
+        return value
 
 
 AuthMode = Literal["none", "jwt", "api_key"]
@@ -445,6 +528,7 @@ class Settings(_Section):
 ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_DATA_ROOT": ("data_root",),
     "DEERFLOW_POSTGRES_URI": ("database", "uri"),
+    "DEERFLOW_POSTGRES_SCHEMA": ("database", "schema"),
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),
     "DEERFLOW_AUTH_JWT_SECRET": ("auth", "jwt", "secret"),
     "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),

@@ -17,12 +17,20 @@ import pytest
 
 from runtime.config import reset_settings_cache
 from tests.support.postgres import fresh_database, postgres_available
-from tests.support.server import DevServer, asgi_client, in_process_server
+from tests.support.server import DevServer, asgi_client, in_process_server, reap_dev_servers
 
 # Keep the suite off the network and away from the developer's own config.
 os.environ.setdefault("LANGSMITH_TRACING", "false")
 os.environ.setdefault("LANGGRAPH_CLI_NO_ANALYTICS", "1")
 os.environ.setdefault("LANGGRAPH_NO_VERSION_CHECK", "true")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _in_memory_persistence() -> None:
+    """Servers in the suite use the in-memory checkpointer unless a test asks for Postgres
+    (session-scoped, so it runs before the session's in-process server starts)."""
+    for key in ("DEERFLOW_POSTGRES_URI", "DEERFLOW_POSTGRES_SCHEMA"):
+        os.environ.pop(key, None)
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +97,13 @@ def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _reap_leaked_dev_servers() -> Iterator[None]:
+    """No `langgraph dev` outlives the session, even one whose start failed."""
+    yield
+    reap_dev_servers()
 
 
 @pytest.fixture(scope="session")

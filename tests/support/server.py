@@ -20,9 +20,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from langgraph_sdk.client import LangGraphClient
@@ -35,10 +36,12 @@ __all__ = [
     "free_port",
     "in_process_server",
     "langgraph_json",
+    "reap_dev_servers",
     "server_env",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 
 def langgraph_json() -> dict[str, Any]:
@@ -139,6 +142,44 @@ def asgi_client(app: Any, *, headers: Mapping[str, str] | None = None) -> LangGr
     return LangGraphClient(http)
 
 
+# Every dev server a test session starts carries this marker in its environment,
+# so the session can reap any that a failed start or teardown left behind.
+DEV_SERVER_MARKER = "DEERFLOW_TEST_DEV_SERVER"
+TEST_SESSION_ID = uuid.uuid4().hex
+
+
+def reap_dev_servers(session_id: str = TEST_SESSION_ID) -> int:
+    """Kill the process groups of dev servers this session started; return how many."""
+    needle = f"{DEV_SERVER_MARKER}={session_id}".encode()
+    killed = 0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle not in environ.split(b"\0"):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(os.getpgid(int(entry.name)), signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+def _off_loop(function: Callable[..., T], *args: Any) -> T:
+    """Run a blocking call in a worker thread when this thread runs an event loop.
+
+    Once the in-process server has started, its blocking-call detector
+    (blockbuster) guards this whole process: blocking calls (subprocess, sleep,
+    wait) made on the event loop's thread raise. Waiting on a worker is allowed.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return function(*args)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(function, *args).result()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -161,27 +202,20 @@ class DevServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> DevServer:
-        """Start and wait for ``/ok``; safe to call from an async test.
-
-        Once the in-process server has started, its BlockBuster guards this
-        whole process: blocking calls (subprocess, sleep) made on the event
-        loop's thread raise. So when a loop is running, start in a worker
-        thread and wait for it (waiting on a thread is allowed).
-        """
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return self._start(timeout)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(self._start, timeout).result()
+        """Start and wait for ``/ok``; safe to call from an async test."""
+        return _off_loop(self._start, timeout)
 
     def _start(self, timeout: float) -> DevServer:
-        env = {**os.environ, **self.env}
+        # Tests' dev servers keep their thread store in memory unless a test asks
+        # for file persistence: .langgraph_api is per working directory, and two
+        # servers sharing it overwrite each other's files.
+        env = {**os.environ, "LANGGRAPH_DISABLE_FILE_PERSISTENCE": "true", **self.env}
         env.update(
             LANGGRAPH_CLI_NO_ANALYTICS="1",
             LANGGRAPH_NO_VERSION_CHECK="true",
             LANGSMITH_TRACING="false",
             PYTHONUNBUFFERED="1",
+            **{DEV_SERVER_MARKER: TEST_SESSION_ID},
         )
         command = [
             sys.executable,
@@ -233,6 +267,10 @@ class DevServer:
             return ""
 
     def stop(self) -> None:
+        """Stop the process group; safe to call from an async test."""
+        _off_loop(self._stop)
+
+    def _stop(self) -> None:
         if self.process is None:
             return
         with contextlib.suppress(ProcessLookupError):

@@ -14,6 +14,9 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 
+from middlewares.sandbox import SandboxMiddleware
+from middlewares.thread_data import ThreadDataMiddleware
+from middlewares.uploads import UploadsMiddleware
 from runtime.config import ModelConfig, Settings
 from runtime.run_options import RunOptions
 
@@ -37,12 +40,19 @@ class ChainInputs:
 
 def build_lead_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[Any, Any]]:
     """The shared runtime base (spec numbers 1-16)."""
-    return []
+    chain: list[AgentMiddleware[Any, Any]] = []
+    chain.append(ThreadDataMiddleware(inputs.settings))  # 5
+    chain.append(UploadsMiddleware(inputs.settings))  # 6 (lead only)
+    chain.append(SandboxMiddleware(inputs.settings))  # 7
+    return chain
 
 
 def build_subagent_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[Any, Any]]:
     """The subagent chain: most of the runtime base plus its own tail."""
-    return []
+    chain: list[AgentMiddleware[Any, Any]] = []
+    chain.append(ThreadDataMiddleware(inputs.settings))  # 5
+    chain.append(SandboxMiddleware(inputs.settings))  # 7
+    return chain
 
 
 def build_middlewares(

@@ -173,7 +173,7 @@ class SandboxContract:
         assert result.exit_code != 0
         check = await sandbox.execute_command(
             f"pid=$(cat {pid_file}); for i in $(seq 100); do "
-            'st=$(awk \'/^State:/{print $2}\' /proc/$pid/status 2>/dev/null); '
+            "st=$(awk '/^State:/{print $2}' /proc/$pid/status 2>/dev/null); "
             'if [ -z "$st" ] || [ "$st" = Z ]; then echo gone; exit 0; fi; sleep 0.1; done; '
             "echo alive"
         )
@@ -216,9 +216,7 @@ class SandboxContract:
         with pytest.raises(SandboxError):
             await sandbox.read_file(f"{WS}/lines.txt", 5, 2)
 
-    async def test_binary_files_round_trip_and_are_not_read_as_text(
-        self, sandbox: Sandbox
-    ) -> None:
+    async def test_binary_files_round_trip_and_are_not_read_as_text(self, sandbox: Sandbox) -> None:
         data = bytes(range(256)) * 64 + b"\x00\xff\xfe"
         await sandbox.upload_bytes(f"{UPL}/blob.bin", data)
         assert await sandbox.download_bytes(f"{UPL}/blob.bin") == data
@@ -236,9 +234,7 @@ class SandboxContract:
         shown = await sandbox.execute_command(f"cat {WS}/latin1.txt")
         assert "au lait" in shown.output and "\ufffd" in shown.output
 
-    async def test_missing_files_and_directories_are_sandbox_errors(
-        self, sandbox: Sandbox
-    ) -> None:
+    async def test_missing_files_and_directories_are_sandbox_errors(self, sandbox: Sandbox) -> None:
         with pytest.raises(SandboxError):
             await sandbox.read_file(f"{WS}/missing.txt")
         with pytest.raises(SandboxError):
@@ -367,9 +363,7 @@ class SandboxContract:
         assert not any("secret.txt" in entry for entry in listing)
         assert not any("secret" in p for p in await sandbox.glob("**/*", WS))
         assert await sandbox.grep("root-secret-line", WS) == []
-        intact = await sandbox.execute_command(
-            f"cat {outside}; echo; ls {outside_dir}"
-        )
+        intact = await sandbox.execute_command(f"cat {outside}; echo; ls {outside_dir}")
         assert intact.output.split() == ["original", "secret.txt"], intact.output
 
     async def test_a_directory_swapped_for_a_link_is_refused(self, sandbox: Sandbox) -> None:

@@ -13,6 +13,13 @@ from typing import Literal
 
 from langchain_core.tools import BaseTool
 
+# The default provider and tool modules are imported here, when the graph
+# modules are registered at server start, rather than inside the first run.
+import sandbox.local  # noqa: F401
+import tools.files
+import tools.present
+import tools.sandbox
+import tools.view_image  # noqa: F401
 from runtime.config import ModelConfig, Settings, ToolConfig
 from sandbox.provider import get_sandbox_provider
 from tools.registry import load_tools

@@ -153,7 +153,9 @@ async def test_upload_limits_and_names(
         assert response.status_code == 400, bad
     duplicate = await http.post(url, files=[("f", ("a.txt", b"1")), ("f", ("a.txt", b"2"))])
     assert duplicate.status_code == 400
-    assert (await http.post(url, content=b"raw", headers={"content-type": "text/plain"})).status_code == 415
+    assert (
+        await http.post(url, content=b"raw", headers={"content-type": "text/plain"})
+    ).status_code == 415
 
     replaced = await http.post(url, files={"f": ("passwd", b"second version")})
     assert replaced.status_code == 201
@@ -161,6 +163,8 @@ async def test_upload_limits_and_names(
     assert listing == {"passwd": len(b"second version"), "hidden report.txt": 7}
 
     missing = "00000000-0000-0000-0000-000000000000"
-    assert (await http.post(f"/threads/{missing}/uploads", files={"f": ("a", b"x")})).status_code == 404
+    assert (
+        await http.post(f"/threads/{missing}/uploads", files={"f": ("a", b"x")})
+    ).status_code == 404
     assert (await http.get(f"/threads/{missing}/uploads")).status_code == 404
     assert (await http.get("/threads/not..safe/uploads")).status_code == 404

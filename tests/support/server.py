@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,10 @@ class DevServer:
     chosen one is busy, so start-up checks that the port answers ``/ok``.
     """
 
-    def __init__(self, log_path: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, log_path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
+    ) -> None:
+        self.args = tuple(args)  # extra `langgraph dev` arguments, e.g. ("--config", path)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -161,6 +164,7 @@ class DevServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            *self.args,
         ]
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(

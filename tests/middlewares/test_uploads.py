@@ -63,6 +63,7 @@ async def test_block_lists_current_and_earlier_files(tmp_path: Path) -> None:
     kwargs = updated.additional_kwargs
     assert kwargs["files"] == [{"filename": "plan.md", "size": 999}], "the reference is kept"
     assert kwargs["original_user_content"] == "Please read them."
+    assert "timestamp" in kwargs, "ThreadData's stamp (earlier in the chain) is kept"
     assert kwargs["uploaded_files"] == [
         {
             "filename": "plan.md",

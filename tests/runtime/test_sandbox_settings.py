@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runtime.config import ConfigError, Settings, load_settings
-from runtime.state import last_sandbox, merge_viewed_images
+from runtime.state import ViewedImage, last_sandbox, merge_viewed_images
 from tests.support.scripted import ai_text, write_config
 
 
@@ -34,7 +35,7 @@ def test_defaults_are_the_documented_ones() -> None:
         ({"tool_groups": {"planner": ["files"]}}, "tool_groups.planner: unknown key"),
     ],
 )
-def test_bad_values_name_the_key(tmp_path: Path, sections: dict[str, object], message: str) -> None:
+def test_bad_values_name_the_key(tmp_path: Path, sections: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_settings(write_config(tmp_path, [ai_text("x")], **sections))
 
@@ -48,7 +49,7 @@ def test_environment_switches_host_bash_off(
 
 def test_state_reducers_tolerate_bad_values() -> None:
     assert last_sandbox({"sandbox_id": "a"}, {"sandbox_id": "b"}) == {"sandbox_id": "b"}
-    record = {"mime_type": "image/png", "size": 1, "sha256": "x"}
+    record: ViewedImage = {"mime_type": "image/png", "size": 1, "sha256": "x"}
     merged = merge_viewed_images({"/a": record, "/b": record}, {"/a": record})
     assert list(merged) == ["/b", "/a"], "a re-view moves to the end"
     assert merge_viewed_images(None, {"/a": record}) == {"/a": record}

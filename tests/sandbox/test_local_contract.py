@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,8 +19,7 @@ class TestLocalSandboxContract(SandboxContract):
     @pytest.fixture
     async def sandbox_provider(self, tmp_path: Path) -> AsyncIterator[LocalSandboxProvider]:
         skills = tmp_path / "skills"
-        skills.mkdir()
-        (skills / "demo.md").write_text("# demo skill\n")
+        await asyncio.to_thread(skills.mkdir)
         provider = LocalSandboxProvider(
             tmp_path / "data", skills_dir=skills, max_output_bytes=64 * 1024
         )

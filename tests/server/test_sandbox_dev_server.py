@@ -11,6 +11,7 @@ downloads for Alice and 404s for Bob; an upload shows in the next turn's
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -74,7 +75,10 @@ async def test_two_users_upload_run_present_and_download_under_langgraph_dev(
             "HOME_TOKEN": "must-not-leak",
         },
         args=["--config", str(_langgraph_json(tmp_path))],
-    ).start()
+    )
+    # Starting and stopping wait (blocking): off the loop, which may be watched
+    # by the in-process server's blocking-call detector.
+    await asyncio.to_thread(server.start)
     try:
         alice = {"x-test-user": "alice"}
         bob = {"x-test-user": "bob"}
@@ -134,8 +138,8 @@ async def test_two_users_upload_run_present_and_download_under_langgraph_dev(
         assert not (data_root / "users" / "bob").exists()
         assert not (data_root / "users" / "default").exists()
     finally:
-        server.stop()
-    log = server.log()
+        await asyncio.to_thread(server.stop)
+    log = await asyncio.to_thread(server.log)
     assert "BlockingError" not in log, log
     assert "Blocking call" not in log, log
     assert "NOT an isolation boundary" in log

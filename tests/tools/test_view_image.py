@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from pathlib import Path
@@ -32,9 +33,13 @@ async def test_vision_model_sees_the_image(tmp_path: Path) -> None:
     ]
     settings = _vision_settings(tmp_path, script)
     uploads = settings.data_root_path() / "users/alice/threads/img/user-data/uploads"
-    uploads.mkdir(parents=True)
-    (uploads / "dot.png").write_bytes(PNG)
-    (uploads / "notes.txt").write_text("not an image")
+
+    def setup() -> None:  # blocking file setup stays off the event loop
+        uploads.mkdir(parents=True)
+        (uploads / "dot.png").write_bytes(PNG)
+        (uploads / "notes.txt").write_text("not an image")
+
+    await asyncio.to_thread(setup)
     result = await run_agent(settings, "look", thread_id="img", user="alice")
     seen, not_image, outside = tool_messages(result)
     assert isinstance(seen.content, list)

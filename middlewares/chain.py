@@ -14,9 +14,30 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 
-from middlewares.sandbox import SandboxMiddleware
-from middlewares.thread_data import ThreadDataMiddleware
-from middlewares.uploads import UploadsMiddleware
+from middlewares.dangling_tool_call import DanglingToolCallMiddleware  # issue 7: 8
+from middlewares.input_sanitization import InputSanitizationMiddleware  # issue 7: 1
+from middlewares.llm_error_handling import LLMErrorHandlingMiddleware  # issue 7: 9
+from middlewares.model_content_compatibility import (  # issue 7: 34
+    ModelContentCompatibilityMiddleware,
+)
+from middlewares.model_length_finish_reason import (  # issue 7: 38
+    ModelLengthFinishReasonMiddleware,
+)
+from middlewares.pii_redaction import PiiRedactionMiddleware  # issue 7: 4
+from middlewares.safety_finish_reason import SafetyFinishReasonMiddleware  # issue 7: 39
+from middlewares.sandbox import SandboxMiddleware  # issue 5: 7
+from middlewares.system_message_coalescing import (  # issue 7: 30
+    SystemMessageCoalescingMiddleware,
+)
+from middlewares.terminal_response import TerminalResponseMiddleware  # issue 7: 37
+from middlewares.thread_data import ThreadDataMiddleware  # issue 5: 5
+from middlewares.tool_error_handling import ToolErrorHandlingMiddleware  # issue 7: 15
+from middlewares.tool_output_budget import ToolOutputBudgetMiddleware  # issue 7: 2
+from middlewares.tool_receipt import ToolReceiptMiddleware  # issue 7: 15 (receipts)
+from middlewares.tool_result_sanitization import (  # issue 7: 3
+    ToolResultSanitizationMiddleware,
+)
+from middlewares.uploads import UploadsMiddleware  # issue 5: 6
 from runtime.config import ModelConfig, Settings
 from runtime.run_options import RunOptions
 
@@ -40,18 +61,54 @@ class ChainInputs:
 
 def build_lead_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[Any, Any]]:
     """The shared runtime base (spec numbers 1-16)."""
+    settings = inputs.settings
     chain: list[AgentMiddleware[Any, Any]] = []
-    chain.append(ThreadDataMiddleware(inputs.settings))  # 5
-    chain.append(UploadsMiddleware(inputs.settings))  # 6 (lead only)
-    chain.append(SandboxMiddleware(inputs.settings))  # 7
+    # 1 InputSanitization: first, the outermost model wrapper.
+    chain.append(InputSanitizationMiddleware())
+    # 2 ToolOutputBudget (tool_output.enabled).
+    if settings.tool_output.enabled:
+        chain.append(ToolOutputBudgetMiddleware.from_settings(settings))
+    # 3 ToolResultSanitization: inner of the budget.
+    chain.append(ToolResultSanitizationMiddleware())
+    # 4 PiiRedaction (optional, pii_redaction.enabled).
+    if settings.pii_redaction.enabled:
+        chain.append(PiiRedactionMiddleware.from_config(settings.pii_redaction))
+    # 5 ThreadData, 6 Uploads (lead only: the subagent builder drops it), 7 Sandbox.
+    chain.append(ThreadDataMiddleware(settings))
+    chain.append(UploadsMiddleware(settings))
+    chain.append(SandboxMiddleware(settings))
+    # 8 DanglingToolCall.
+    chain.append(DanglingToolCallMiddleware())
+    # 9 LLMErrorHandling (llm_error_handling.enabled, default on).
+    if settings.llm_error_handling.enabled:
+        chain.append(
+            LLMErrorHandlingMiddleware.from_config(
+                settings.llm_error_handling, inputs.model, scope=str(settings.data_root_path())
+            )
+        )
+    # 15 ToolReceipt (verification.receipts_enabled): the outermost tool wrapper of the
+    # guard segment, so it must stay ahead of 11 Authorization/Guardrail, 12 SandboxAudit,
+    # 13 ReadBeforeWrite and 14 ToolProgress.
+    if settings.verification.receipts_enabled:
+        chain.append(ToolReceiptMiddleware.from_config(settings.verification))
+    # 15 ToolErrorHandling.
+    chain.append(ToolErrorHandlingMiddleware())
     return chain
 
 
 def build_subagent_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[Any, Any]]:
     """The subagent chain: most of the runtime base plus its own tail."""
-    chain: list[AgentMiddleware[Any, Any]] = []
-    chain.append(ThreadDataMiddleware(inputs.settings))  # 5
-    chain.append(SandboxMiddleware(inputs.settings))  # 7
+    settings = inputs.settings
+    chain = build_lead_runtime_middlewares(inputs)
+    chain = [m for m in chain if not isinstance(m, UploadsMiddleware)]  # 6 is lead only
+    # 30 SystemMessageCoalescing, 34 ModelContentCompatibility.
+    chain.append(SystemMessageCoalescingMiddleware())
+    chain.append(ModelContentCompatibilityMiddleware())
+    # 37 TerminalResponse, 38 ModelLengthFinishReason, 39 SafetyFinishReason (optional).
+    chain.append(TerminalResponseMiddleware())
+    chain.append(ModelLengthFinishReasonMiddleware())
+    if settings.safety_finish_reason.enabled:
+        chain.append(SafetyFinishReasonMiddleware(settings.safety_finish_reason.finish_reasons))
     return chain
 
 
@@ -61,6 +118,18 @@ def build_middlewares(
     custom_middlewares: Sequence[AgentMiddleware[Any, Any]] = (),
 ) -> list[AgentMiddleware[Any, Any]]:
     """The lead chain: base, lead-only segment, custom, extensions, then the tail."""
+    settings = inputs.settings
     chain = build_lead_runtime_middlewares(inputs)
+    # 30 SystemMessageCoalescing.
+    chain.append(SystemMessageCoalescingMiddleware())
+    # 34 ModelContentCompatibility.
+    chain.append(ModelContentCompatibilityMiddleware())
     chain.extend(custom_middlewares)
+    # 37 TerminalResponse.
+    chain.append(TerminalResponseMiddleware())
+    # 38 ModelLengthFinishReason.
+    chain.append(ModelLengthFinishReasonMiddleware())
+    # 39 SafetyFinishReason (optional, safety_finish_reason.enabled).
+    if settings.safety_finish_reason.enabled:
+        chain.append(SafetyFinishReasonMiddleware(settings.safety_finish_reason.finish_reasons))
     return chain

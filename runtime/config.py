@@ -22,10 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 __all__ = [
     "ENV_OVERRIDES",
     "PROJECT_ROOT",
+    "CircuitBreakerConfig",
     "ConfigError",
+    "LLMErrorHandlingConfig",
     "ModelConfig",
+    "PiiRedactionConfig",
+    "SafetyFinishReasonConfig",
     "Settings",
     "ToolConfig",
+    "ToolOutputConfig",
+    "VerificationConfig",
     "aget_settings",
     "config_path",
     "get_settings",
@@ -170,6 +176,92 @@ class ExtensionsConfig(_Section):
     middlewares: list[str | dict[str, Any]] = Field(default_factory=list)
 
 
+class ToolOutputConfig(_Section):
+    """ToolOutputBudgetMiddleware: how much tool output reaches the model inline."""
+
+    enabled: bool = True
+    max_chars: int = Field(
+        default=20_000, ge=1_000, description="model-bound text budget per result"
+    )
+    head_chars: int = Field(default=3_000, ge=0)
+    tail_chars: int = Field(default=2_000, ge=0)
+    storage_subdir: str = Field(default=".tool-results", min_length=1)
+    exempt_tools: list[str] = Field(default_factory=list)
+    inline_fallback_max_chars: int = Field(
+        default=100_000, ge=1_000, description="kept inline when the output cannot be saved"
+    )
+    elide_superseded_writes: bool = True
+    superseded_write_min_chars: int = Field(default=2_000, ge=0)
+    keep_recent_writes: int = Field(default=1, ge=0)
+
+    @field_validator("storage_subdir")
+    @classmethod
+    def _relative_subdir(cls, value: str) -> str:
+        parts = value.replace("\\", "/").split("/")
+        if value.startswith("/") or any(p in {"", ".", ".."} for p in parts):
+            raise ValueError("must be a relative directory name inside outputs (no '..')")
+        return value
+
+
+PiiDetector = Literal["email", "phone", "credit_card", "ssn", "ipv4", "iban"]
+PII_DETECTORS: tuple[str, ...] = ("email", "phone", "credit_card", "ssn", "ipv4", "iban")
+
+
+class PiiRedactionConfig(_Section):
+    """PiiRedactionMiddleware (off by default): regex detectors, irreversible placeholders."""
+
+    enabled: bool = False
+    detectors: list[PiiDetector] = Field(
+        default_factory=lambda: list(PII_DETECTORS)  # type: ignore[arg-type]
+    )
+    hash_key: str | None = Field(
+        default=None, description="secret mixed into placeholders; set it to resist guessing"
+    )
+
+
+class CircuitBreakerConfig(_Section):
+    """Fast-fail while a provider keeps failing; one probe tests recovery."""
+
+    enabled: bool = True
+    failure_threshold: int = Field(default=5, ge=1)
+    recovery_timeout: float = Field(default=30.0, gt=0)
+
+
+class LLMErrorHandlingConfig(_Section):
+    """LLMErrorHandlingMiddleware: retries, Retry-After, circuit breaker, fallback."""
+
+    enabled: bool = True
+    max_retries: int = Field(default=3, ge=0, le=20)
+    base_delay: float = Field(default=1.0, ge=0)
+    max_delay: float = Field(default=30.0, ge=0)
+    retry_after_max_seconds: float = Field(default=86_400.0, ge=0, le=86_400.0)
+    circuit_breaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
+
+
+class VerificationConfig(_Section):
+    """Tool receipts (ToolReceiptMiddleware) and their hidden ledger."""
+
+    receipts_enabled: bool = True
+    receipt_ledger_max_chars: int = Field(default=2_000, ge=200)
+
+
+class SafetyFinishReasonConfig(_Section):
+    """SafetyFinishReasonMiddleware (off by default)."""
+
+    enabled: bool = False
+    finish_reasons: list[str] = Field(
+        default_factory=lambda: [
+            "content_filter",
+            "safety",
+            "refusal",
+            "recitation",
+            "prohibited_content",
+            "blocklist",
+            "spii",
+        ]
+    )
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -186,6 +278,11 @@ class Settings(_Section):
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
     extensions: ExtensionsConfig = Field(default_factory=ExtensionsConfig)
     plugins: list[str] = Field(default_factory=list)
+    tool_output: ToolOutputConfig = Field(default_factory=ToolOutputConfig)
+    pii_redaction: PiiRedactionConfig = Field(default_factory=PiiRedactionConfig)
+    llm_error_handling: LLMErrorHandlingConfig = Field(default_factory=LLMErrorHandlingConfig)
+    verification: VerificationConfig = Field(default_factory=VerificationConfig)
+    safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
 
     @field_validator("models")
     @classmethod
@@ -218,6 +315,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
     "DEERFLOW_SANDBOX_ALLOW_HOST_BASH": ("sandbox", "allow_host_bash"),
+    "DEERFLOW_PII_REDACTION_ENABLED": ("pii_redaction", "enabled"),
 }
 
 # Built-in defaults when no config file exists: the offline scripted demo model,

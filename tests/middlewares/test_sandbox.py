@@ -16,8 +16,10 @@ from middlewares.chain import (
     build_middlewares,
     build_subagent_runtime_middlewares,
 )
+from middlewares.dangling_tool_call import DanglingToolCallMiddleware
 from middlewares.sandbox import SandboxMiddleware, _with_sandbox_id
 from middlewares.thread_data import ThreadDataMiddleware
+from middlewares.tool_result_sanitization import ToolResultSanitizationMiddleware
 from middlewares.uploads import UploadsMiddleware
 from runtime.config import ModelConfig, Settings
 from runtime.run_options import RunOptions
@@ -38,10 +40,17 @@ def test_chain_positions() -> None:
     model = ModelConfig(name="m", use="runtime.scripted_model:ScriptedChatModel")
     inputs = ChainInputs(settings=Settings(), options=RunOptions(), model=model)
     lead = [type(m) for m in build_lead_runtime_middlewares(inputs)]
-    assert lead[:3] == [ThreadDataMiddleware, UploadsMiddleware, SandboxMiddleware]
-    assert [type(m) for m in build_middlewares(inputs)][:3] == lead[:3]
+    at = lead.index(ThreadDataMiddleware)
+    assert lead[at : at + 3] == [ThreadDataMiddleware, UploadsMiddleware, SandboxMiddleware]
+    assert (
+        lead.index(ToolResultSanitizationMiddleware) < at < lead.index(DanglingToolCallMiddleware)
+    )
+    full = [type(m) for m in build_middlewares(inputs)]
+    assert full[at : at + 3] == lead[at : at + 3]
     sub = [type(m) for m in build_subagent_runtime_middlewares(inputs)]
-    assert sub[:2] == [ThreadDataMiddleware, SandboxMiddleware]
+    assert UploadsMiddleware not in sub
+    sub_at = sub.index(ThreadDataMiddleware)
+    assert sub[sub_at : sub_at + 2] == [ThreadDataMiddleware, SandboxMiddleware]
 
 
 async def test_lazy_acquisition_only_when_a_sandbox_tool_runs(tmp_path: Path) -> None:

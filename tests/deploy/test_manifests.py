@@ -49,8 +49,12 @@ def test_every_manifest_file_parses() -> None:
         load_documents(path.read_text(), source=str(path))
 
 
-def test_shipped_server_config_is_valid() -> None:
-    """The ConfigMap's config.yaml must load with the server's own loader."""
+def test_shipped_server_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ConfigMap's config.yaml must load with the server's own loader.
+
+    Mode jwt needs a key; the Deployment provides it from the deerflow-auth Secret.
+    """
+    monkeypatch.setenv("DEERFLOW_AUTH_JWT_SECRET", "s" * 48)
     settings = load_settings(K8S_DIR / "base" / "config.yaml")
     assert settings.auth.mode == "jwt"
     assert settings.sandbox.use == "sandbox.kubernetes:KubernetesSandboxProvider"

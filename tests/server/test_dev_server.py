@@ -37,6 +37,6 @@ async def test_langgraph_dev_serves_scripted_run_without_blocking_errors(
     state = await client.threads.get_state(thread["thread_id"])
     assert [m["type"] for m in state["values"]["messages"]] == ["human", "ai", "tool", "ai"]
 
-    log = server.log()
+    log = await server.alog()
     assert "BlockingError" not in log, log
     assert "Blocking call" not in log, log

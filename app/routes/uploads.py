@@ -12,41 +12,42 @@
   ``/mnt/user-data/outputs`` that the agent presented (state ``artifacts``);
   anything else is 404.
 
-**Who may do this.** Ownership is never decided here: the route asks the
-LangGraph API itself, in-process and with the caller's own request headers,
-for the thread (``GET /threads/{id}``, or its state for downloads). Whatever
-the configured auth allows the caller to see, the caller may use; a thread
-the caller cannot see, another user's included, answers 404 exactly like the
-API does. Files live in the caller's bucket, identified like every run:
-``make_safe_user_id`` of the authenticated identity (``request.scope["user"]``,
-set by LangGraph's auth middleware when ``http.enable_custom_route_auth`` is
-true in ``langgraph.json``). Without auth configured (a single local user)
-the bucket is ``default``, the same one runs use. With auth configured but
-custom route auth off, the identity is unknown and every request is refused
-(fail closed) with a message naming the setting.
+**Who may do this.** The routes sit behind the API's own authentication
+(``http.enable_custom_route_auth`` in ``langgraph.json``) and take the caller
+from ``auth.access.resolve_request_caller`` (the same fail-closed and Studio
+rules as the API; no authenticated user at all is a 401). Files live in the
+caller's bucket, ``caller.safe_id``, the id runs of that user resolve through
+``resolve_runtime_user_id``. Ownership is never decided here: the route asks
+the LangGraph API itself, in-process and with the caller's own request
+headers, for the thread (``GET /threads/{id}``, or its state for downloads),
+so a thread the caller cannot see, another user's included, answers 404
+exactly like the API does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import mimetypes
 import os
 import stat
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import httpx
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from auth.identity import DEFAULT_USER_ID, make_safe_user_id
+from auth.access import resolve_request_caller
+from auth.identity import make_safe_user_id
 from runtime.config import ConfigError, Settings, aget_settings
 from runtime.paths import VIRTUAL_OUTPUTS, thread_paths
 from sandbox import _hostfs
@@ -108,29 +109,6 @@ def _json_error(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
 
 
-def _identity(user: Any) -> str | None:
-    if user is None:
-        return None
-    identity = getattr(user, "identity", None)
-    if identity is None and isinstance(user, Mapping):
-        identity = user.get("identity")
-    return str(identity) if identity else None
-
-
-def request_user_id(request: Request) -> str:
-    """The caller's bucket: the authenticated identity, or ``default`` without auth."""
-    identity = _identity(request.scope.get("user"))
-    if identity:
-        return make_safe_user_id(identity)
-    if os.environ.get("LANGGRAPH_AUTH") and "user" not in request.scope:
-        raise _HTTPError(
-            500,
-            "auth is configured but this route is not behind it; set "
-            '"enable_custom_route_auth": true in the "http" section of langgraph.json',
-        )
-    return DEFAULT_USER_ID
-
-
 def _thread_id(request: Request) -> str:
     raw = request.path_params["thread_id"]
     if make_safe_user_id(raw) != raw:
@@ -138,12 +116,26 @@ def _thread_id(request: Request) -> str:
     return str(raw)
 
 
+class _IsolatedASGITransport(httpx.ASGITransport):
+    """Each loopback request in its own task and context copy, as a real server runs it.
+
+    LangGraph's auth keeps the authenticated user in a ContextVar it never
+    resets; run inline, the loopback request would write into this handler's
+    context.
+    """
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await asyncio.create_task(
+            super().handle_async_request(request), context=contextvars.copy_context()
+        )
+
+
 async def _api_get(request: Request, path: str) -> httpx.Response:
     """GET the LangGraph API in-process, as the caller (their headers, their auth)."""
     headers = [
         (key, value) for key, value in request.headers.items() if key.lower() not in _HOP_HEADERS
     ]
-    transport = httpx.ASGITransport(app=request.scope["app"])
+    transport = _IsolatedASGITransport(app=request.scope["app"])
     async with httpx.AsyncClient(transport=transport, base_url="http://loopback") as client:
         return await client.get(path, headers=headers)
 
@@ -168,7 +160,11 @@ async def _caller(request: Request) -> _Caller:
         settings = await aget_settings()
     except ConfigError as exc:
         raise _HTTPError(500, str(exc)) from None
-    return _Caller(settings, request_user_id(request), _thread_id(request))
+    try:
+        caller = await resolve_request_caller(request)
+    except HTTPException as exc:
+        raise _HTTPError(exc.status_code, str(exc.detail)) from None
+    return _Caller(settings, caller.safe_id, _thread_id(request))
 
 
 def _upload_root(caller: _Caller) -> _hostfs.HostRoot:

@@ -1,8 +1,8 @@
 """Uploads and downloads through the real LangGraph Server (in-process, over ASGI).
 
-The session server has no auth configured (a single local user), so these
-tests cover the file handling; per-user isolation (another user's thread
-answers 404) is proven under ``langgraph dev`` with header auth in
+Most tests run in auth mode ``none`` (the single local user); the last one
+switches the served config to mode ``api_key`` for Alice and Bob. The same
+flow is proven black-box under ``langgraph dev`` in
 ``tests/server/test_sandbox_dev_server.py``.
 """
 
@@ -15,7 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from auth.api_keys import hash_api_key
 from tests.support.scripted import ai_text, ai_tools, tool_call, write_config
+from tests.support.server import RequestScopedASGITransport
 
 pytestmark = pytest.mark.server
 
@@ -25,7 +27,9 @@ OUT = "/mnt/user-data/outputs"
 @pytest.fixture
 async def http(lg_server: Any) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=lg_server), base_url="http://deerflow.test", timeout=60
+        transport=RequestScopedASGITransport(app=lg_server),
+        base_url="http://deerflow.test",
+        timeout=60,
     ) as client:
         yield client
 
@@ -168,3 +172,40 @@ async def test_upload_limits_and_names(
     ).status_code == 404
     assert (await http.get(f"/threads/{missing}/uploads")).status_code == 404
     assert (await http.get("/threads/not..safe/uploads")).status_code == 404
+
+
+async def test_another_users_thread_answers_404(
+    tmp_path: Path, use_config: Any, lg_client: Any, http: httpx.AsyncClient
+) -> None:
+    keys = {"alice": "dfk_alice-http-key-0123456789", "bob": "dfk_bob-http-key-0123456789"}
+    script = [
+        ai_tools(tool_call("write_file", description="d", path=f"{OUT}/a.md", content="A")),
+        ai_tools(tool_call("present_files", filepaths=[f"{OUT}/a.md"])),
+        ai_text("done"),
+    ]
+    auth = {
+        "mode": "api_key",
+        "api_keys": [{"identity": who, "sha256": hash_api_key(key)} for who, key in keys.items()],
+    }
+    use_config(write_config(tmp_path, script, auth=auth))
+    alice = {"x-api-key": keys["alice"]}
+    bob = {"x-api-key": keys["bob"]}
+    client = lg_client(headers=alice)
+    thread_id = (await client.threads.create())["thread_id"]
+    await client.runs.wait(
+        thread_id, "lead_agent", input={"messages": [{"role": "user", "content": "go"}]}
+    )
+    files = {"f": ("n.txt", b"x")}
+    uploads = f"/threads/{thread_id}/uploads"
+    download = f"/threads/{thread_id}/outputs/a.md"
+
+    assert (await http.post(uploads, files=files, headers=alice)).status_code == 201
+    assert (await http.get(download, headers=alice)).content == b"A"
+    for headers, status in (
+        (bob, 404),
+        ({}, 401),
+        ({"x-api-key": "dfk_wrong-key-0123456789"}, 401),
+    ):
+        assert (await http.post(uploads, files=files, headers=headers)).status_code == status
+        assert (await http.get(uploads, headers=headers)).status_code == status
+        assert (await http.get(download, headers=headers)).status_code == status

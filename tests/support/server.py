@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -153,10 +153,7 @@ class DevServer:
     chosen one is busy, so start-up checks that the port answers ``/ok``.
     """
 
-    def __init__(
-        self, log_path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
-    ) -> None:
-        self.args = tuple(args)  # extra `langgraph dev` arguments, e.g. ("--config", path)
+    def __init__(self, log_path: Path, env: Mapping[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -197,7 +194,6 @@ class DevServer:
             "127.0.0.1",
             "--port",
             str(self.port),
-            *self.args,
         ]
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(

@@ -2,7 +2,8 @@
 
 The server runs the project's real ``langgraph.json`` (real auth, in mode
 ``api_key`` with keys for Alice and Bob, custom routes behind it). It proves:
-a scripted run runs bash in, writes and presents files in Alice's bucket; the
+a scripted run writes a file in Alice's workspace, copies it to her outputs
+with bash and presents it; the
 file downloads for Alice and answers 404 to Bob and 401 without a key; an
 upload shows in the next turn's ``<uploaded_files>``; and the server logs no
 blocking-call errors.
@@ -34,16 +35,21 @@ async def test_two_users_upload_run_present_and_download_under_langgraph_dev(
     script = [
         ai_tools(
             tool_call(
-                "bash",
-                description="look at the upload",
-                command="wc -l /mnt/user-data/uploads/notes.txt && pwd && echo $HOME_TOKEN",
-            ),
-            tool_call(
                 "write_file",
-                description="write the report",
-                path=f"{OUT}/report.md",
+                description="draft the report in the workspace",
+                path="report.md",
                 content="# Report for Alice\n",
-            ),
+            )
+        ),
+        ai_tools(
+            tool_call(
+                "bash",
+                description="check the upload and publish the report",
+                command=(
+                    "wc -l /mnt/user-data/uploads/notes.txt && pwd && echo $HOME_TOKEN && "
+                    f"cp report.md {OUT}/report.md"
+                ),
+            )
         ),
         ai_tools(tool_call("present_files", filepaths=[f"{OUT}/report.md"])),
         ai_text("Report presented."),
@@ -101,7 +107,8 @@ async def test_two_users_upload_run_present_and_download_under_langgraph_dev(
         messages = values["messages"]
         assert messages[0]["content"].startswith("<uploaded_files>\nFiles attached")
         assert "notes.txt (14 B) at /mnt/user-data/uploads/notes.txt" in messages[0]["content"]
-        bash_result = messages[2]["content"]
+        assert messages[2]["content"] == "Wrote 19 bytes to report.md."
+        bash_result = messages[4]["content"]
         assert "3 /mnt/user-data/uploads/notes.txt" in bash_result
         assert "/mnt/user-data/workspace" in bash_result
         assert "must-not-leak" not in bash_result

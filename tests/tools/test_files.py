@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -141,19 +142,28 @@ async def test_parallel_first_tool_calls_share_one_sandbox(tmp_path: Path) -> No
     assert sorted(p.name for p in workspace.iterdir()) == ["a.txt", "b.txt"]
 
 
-async def test_a_forged_sandbox_id_in_state_is_not_used(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "forged", ["bob", "junk", 7, {"sandbox_id": 7}, {"sandbox_id": ""}, {"other": "x"}]
+)
+async def test_a_forged_or_malformed_sandbox_in_state_is_not_used(
+    tmp_path: Path, forged: Any
+) -> None:
     settings = make_settings(
         tmp_path, [ai_tools(call("write_file", path="mine.txt", content="alice")), ai_text("ok")]
     )
     provider = get_sandbox_provider(settings)
+    assert isinstance(provider, LocalSandboxProvider)
     bobs = await provider.acquire("bobs-thread", user_id="bob")
+    value = {"sandbox_id": bobs} if forged == "bob" else forged
     result = await run_agent(
         settings,
-        {"messages": [HumanMessage("go")], "sandbox": {"sandbox_id": bobs}},
+        {"messages": [HumanMessage("go")], "sandbox": value},
         thread_id="alices-thread",
         user="alice",
     )
-    assert result["sandbox"]["sandbox_id"] != bobs
+    alices = provider.sandbox_id_for("alice", "alices-thread")
+    assert result["sandbox"] == {"sandbox_id": alices}
+    assert tool_messages(result)[0].status == "success"
     users = settings.data_root_path() / "users"
     assert (users / "alice/threads/alices-thread/user-data/workspace/mine.txt").exists()
     assert not (users / "bob/threads/bobs-thread/user-data/workspace/mine.txt").exists()

@@ -3,10 +3,9 @@
 The server runs the project's real ``langgraph.json`` (real auth, in mode
 ``api_key`` with keys for Alice and Bob, custom routes behind it). It proves:
 a scripted run writes a file in Alice's workspace, copies it to her outputs
-with bash and presents it; the
-file downloads for Alice and answers 404 to Bob and 401 without a key; an
-upload shows in the next turn's ``<uploaded_files>``; and the server logs no
-blocking-call errors.
+with bash and presents it; the file downloads for Alice and answers 404 to Bob
+and 401 without a key; an upload shows in the next turn's ``<uploaded_files>``;
+and the server logs no blocking-call errors.
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ from middlewares.model_length_finish_reason import (  # issue 7: 38
     ModelLengthFinishReasonMiddleware,
 )
 from middlewares.pii_redaction import PiiRedactionMiddleware  # issue 7: 4
+from middlewares.read_before_write import ReadBeforeWriteMiddleware  # issue 5: 13
 from middlewares.safety_finish_reason import SafetyFinishReasonMiddleware  # issue 7: 39
 from middlewares.sandbox import SandboxMiddleware  # issue 5: 7
+from middlewares.sandbox_audit import SandboxAuditMiddleware  # issue 5: 12
 from middlewares.system_message_coalescing import (  # issue 7: 30
     SystemMessageCoalescingMiddleware,
 )
@@ -91,6 +93,11 @@ def build_lead_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[
     # 13 ReadBeforeWrite and 14 ToolProgress.
     if settings.verification.receipts_enabled:
         chain.append(ToolReceiptMiddleware.from_config(settings.verification))
+    # 12 SandboxAudit (issue 5): unconditional; lead and subagents.
+    chain.append(SandboxAuditMiddleware())
+    # 13 ReadBeforeWrite (issue 5): read_before_write.enabled.
+    if settings.read_before_write.enabled:
+        chain.append(ReadBeforeWriteMiddleware.from_settings(settings))
     # 15 ToolErrorHandling.
     chain.append(ToolErrorHandlingMiddleware())
     return chain

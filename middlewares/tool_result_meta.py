@@ -60,6 +60,10 @@ ERROR_TYPES: dict[str, tuple[bool, str]] = {
     ),
     "transient": (True, "Retry the call once; if it fails again, continue without it."),
     "blocked": (False, "Do not repeat this call; choose a different approach."),
+    "read_required": (
+        True,
+        "Call read_file on the file to see its current content, then retry the write.",
+    ),
     "unsupported": (True, "Use a different tool or approach for this step."),
     "tool_error": (
         True,

@@ -38,6 +38,7 @@ __all__ = [
     "LLMErrorHandlingConfig",
     "ModelConfig",
     "PiiRedactionConfig",
+    "ReadBeforeWriteConfig",
     "SafetyFinishReasonConfig",
     "Settings",
     "ToolConfig",
@@ -332,6 +333,18 @@ class SubagentsConfig(_Section):
     enabled: bool = True
 
 
+class ReadBeforeWriteConfig(_Section):
+    """ReadBeforeWriteMiddleware (spec 13): writes to existing files need a fresh read."""
+
+    enabled: bool = True
+    elide_blocked_payloads: bool = Field(
+        default=True, description="hide blocked write payloads from later model requests"
+    )
+    elide_min_chars: int = Field(
+        default=256, ge=0, description="payloads shorter than this stay visible"
+    )
+
+
 class ToolConfig(BaseModel):
     """One tool: ``use`` names a ``BaseTool`` (or a zero-argument factory of one)."""
 
@@ -448,6 +461,7 @@ class Settings(_Section):
     tool_groups: ToolGroupsConfig = Field(default_factory=ToolGroupsConfig)
     uploads: UploadsConfig = Field(default_factory=UploadsConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+    read_before_write: ReadBeforeWriteConfig = Field(default_factory=ReadBeforeWriteConfig)
     extensions: ExtensionsConfig = Field(default_factory=ExtensionsConfig)
     plugins: list[str] = Field(default_factory=list)
     tool_output: ToolOutputConfig = Field(default_factory=ToolOutputConfig)
@@ -489,6 +503,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
     "DEERFLOW_SANDBOX_ALLOW_HOST_BASH": ("sandbox", "allow_host_bash"),
+    "DEERFLOW_READ_BEFORE_WRITE": ("read_before_write", "enabled"),
     "DEERFLOW_PII_REDACTION_ENABLED": ("pii_redaction", "enabled"),
 }
 

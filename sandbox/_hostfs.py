@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from sandbox.base import GrepMatch, SandboxError, SandboxPathError
+from sandbox.base import GrepMatch, SandboxError, SandboxNotFoundError, SandboxPathError
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
@@ -71,7 +71,7 @@ def _step(dir_fd: int, name: str, *, create: bool, shown: str) -> int:
             return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             if not create:
-                raise SandboxError(f"{shown}: no such file or directory") from None
+                raise SandboxNotFoundError(f"{shown}: no such file or directory") from None
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o755, dir_fd=dir_fd)
             return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
@@ -92,7 +92,7 @@ def open_dir(root: HostRoot, parts: tuple[str, ...], *, create: bool = False) ->
         fd = os.open(root.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         if not create:
-            raise SandboxError(f"{root.virtual}: no such file or directory") from None
+            raise SandboxNotFoundError(f"{root.virtual}: no such file or directory") from None
         root.base.mkdir(parents=True, exist_ok=True)
         fd = os.open(root.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
@@ -116,7 +116,7 @@ def _open_file(root: HostRoot, parts: tuple[str, ...], flags: int, *, create_par
         try:
             fd = os.open(parts[-1], flags, 0o644, dir_fd=dir_fd)
         except FileNotFoundError:
-            raise SandboxError(f"{shown}: no such file") from None
+            raise SandboxNotFoundError(f"{shown}: no such file") from None
         except OSError as exc:
             if exc.errno == errno.ELOOP or _is_link(dir_fd, parts[-1]):
                 raise SandboxPathError(

@@ -23,7 +23,8 @@ Conventions every provider keeps:
 - Symbolic links are never followed by file operations: a link anywhere in
   a path raises ``SandboxPathError``.
 - User-caused problems (missing file, bad path, invalid regex) raise
-  ``SandboxError`` subclasses with a message a model can act on.
+  ``SandboxError`` subclasses with a message a model can act on; a missing
+  file or directory is ``SandboxNotFoundError`` (also a ``FileNotFoundError``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "GrepMatch",
     "Sandbox",
     "SandboxError",
+    "SandboxNotFoundError",
     "SandboxPathError",
     "SandboxProvider",
 ]
@@ -53,6 +55,10 @@ class SandboxError(Exception):
 
 class SandboxPathError(SandboxError):
     """A path is outside the sandbox's virtual roots or escapes them."""
+
+
+class SandboxNotFoundError(SandboxError, FileNotFoundError):
+    """The file or directory does not exist (also a ``FileNotFoundError``)."""
 
 
 @dataclass(frozen=True)

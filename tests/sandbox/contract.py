@@ -26,7 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.base import Sandbox, SandboxError, SandboxPathError, SandboxProvider
+from sandbox.base import (
+    Sandbox,
+    SandboxError,
+    SandboxNotFoundError,
+    SandboxPathError,
+    SandboxProvider,
+)
 
 __all__ = ["SandboxContract", "peak_rss_growth"]
 
@@ -235,14 +241,17 @@ class SandboxContract:
         assert "au lait" in shown.output and "\ufffd" in shown.output
 
     async def test_missing_files_and_directories_are_sandbox_errors(self, sandbox: Sandbox) -> None:
-        with pytest.raises(SandboxError):
+        with pytest.raises(SandboxNotFoundError):
             await sandbox.read_file(f"{WS}/missing.txt")
-        with pytest.raises(SandboxError):
+        with pytest.raises(FileNotFoundError):
             await sandbox.download_bytes(f"{WS}/missing.bin")
-        with pytest.raises(SandboxError):
+        with pytest.raises(SandboxNotFoundError):
+            await sandbox.download_bytes(f"{WS}/missing-dir/missing.bin")
+        with pytest.raises(SandboxNotFoundError):
             await sandbox.list_dir(f"{WS}/missing-dir")
-        with pytest.raises(SandboxError):
+        with pytest.raises(SandboxError) as caught:
             await sandbox.read_file(WS)
+        assert not isinstance(caught.value, FileNotFoundError), "a directory exists"
 
     async def test_list_glob_grep(self, sandbox: Sandbox) -> None:
         await sandbox.write_file(f"{WS}/pkg/mod.py", "def needle():\n    return 1\n")

@@ -29,17 +29,21 @@ def call(name: str, **args: Any) -> dict[str, Any]:
 
 
 async def test_write_read_edit_list_glob_grep(tmp_path: Path) -> None:
+    """Every edit of an existing file follows a read of its newest content (ReadBeforeWrite)."""
+    app = "src/app.py"
     script = [
-        ai_tools(call("write_file", path="src/app.py", content="x = 1\ny = 1\nprint(x)\n")),
-        ai_tools(call("read_file", path=f"{WS}/src/app.py", start_line=2, end_line=3)),
-        ai_tools(call("str_replace", path="src/app.py", old_str="x = 1", new_str="x = 2")),
-        ai_tools(call("str_replace", path="src/app.py", old_str="= 1", new_str="= 3")),
-        ai_tools(call("str_replace", path="src/app.py", old_str="nothing", new_str="x")),
-        ai_tools(
-            call("str_replace", path="src/app.py", old_str="print", new_str="log", replace_all=True)
-        ),
-        ai_tools(call("write_file", path="src/app.py", content="# tail\n", append=True)),
-        ai_tools(call("read_file", path="src/app.py")),
+        ai_tools(call("write_file", path=app, content="x = 1\ny = 1\nprint(x)\n")),
+        ai_tools(call("read_file", path=f"{WS}/{app}", start_line=2, end_line=3)),
+        ai_tools(call("str_replace", path=app, old_str="x = 1", new_str="x = 2")),
+        ai_tools(call("str_replace", path=app, old_str="= 1", new_str="= 3")),
+        ai_tools(call("read_file", path=app)),
+        ai_tools(call("str_replace", path=app, old_str="= 1", new_str="= 3")),
+        ai_tools(call("read_file", path=app)),
+        ai_tools(call("str_replace", path=app, old_str="nothing", new_str="x")),
+        ai_tools(call("str_replace", path=app, old_str="print", new_str="log", replace_all=True)),
+        ai_tools(call("read_file", path=app)),
+        ai_tools(call("write_file", path=app, content="# tail\n", append=True)),
+        ai_tools(call("read_file", path=app)),
         ai_tools(call("ls", path=WS)),
         ai_tools(call("glob", pattern="**/*.py")),
         ai_tools(call("grep", pattern="LOG\\(", path=WS, glob="*.py")),
@@ -47,21 +51,54 @@ async def test_write_read_edit_list_glob_grep(tmp_path: Path) -> None:
         ai_text("Edited."),
     ]
     result = await run_agent(make_settings(tmp_path, script), "edit my app")
-    contents = [m.content for m in tool_messages(result)]
-    statuses = [m.status for m in tool_messages(result)]
-    assert contents[0] == "Wrote 21 bytes to src/app.py."
+    messages = tool_messages(result)
+    contents = [m.content for m in messages]
+    statuses = [m.status for m in messages]
+    replaced = f"Replaced 1 occurrence in {app}."
+    assert contents[0] == f"Wrote 21 bytes to {app}."
     assert contents[1] == "y = 1\nprint(x)\n"
-    assert contents[2] == "Replaced 1 occurrence in src/app.py."
-    assert statuses[3] == "success" and contents[3] == "Replaced 1 occurrence in src/app.py."
-    assert statuses[4] == "error" and "old_str was not found" in str(contents[4])
-    assert contents[5] == "Replaced 1 occurrence in src/app.py."
-    assert contents[6] == "Appended 7 bytes to src/app.py."
-    assert contents[7] == "x = 2\ny = 3\nlog(x)\n# tail\n"
-    assert contents[8] == f"{WS}/src/\n{WS}/src/app.py"
-    assert contents[9] == f"{WS}/src/app.py"
-    assert contents[10] == f"{WS}/src/app.py:3: log(x)"
-    assert contents[11] == f"{WS}/src/app.py:2: y = 3"
+    assert contents[2] == replaced
+    assert statuses[3] == "error", "the file changed since it was read"
+    assert messages[3].additional_kwargs["deerflow_write_block"]["tool"] == "str_replace"
+    assert contents[4] == "x = 2\ny = 1\nprint(x)\n"
+    assert contents[5] == replaced
+    assert statuses[7] == "error" and "old_str was not found" in str(contents[7])
+    assert statuses[8] == "success" and contents[8] == replaced, "a failed edit changed nothing"
+    assert contents[10] == f"Appended 7 bytes to {app}."
+    assert contents[11] == "x = 2\ny = 3\nlog(x)\n# tail\n"
+    assert contents[12] == f"{WS}/src/\n{WS}/{app}"
+    assert contents[13] == f"{WS}/{app}"
+    assert contents[14] == f"{WS}/{app}:3: log(x)"
+    assert contents[15] == f"{WS}/{app}:2: y = 3"
     assert result["messages"][-1].content == "Edited."
+
+
+async def test_read_before_write_with_the_real_tools(tmp_path: Path) -> None:
+    """Spec 13 in the assembled chain: blocked unread write, read-then-write, stale read."""
+    script = [
+        ai_tools(call("write_file", path="notes.md", content="v1\n")),
+        ai_tools(call("write_file", path="notes.md", content="blind overwrite\n")),
+        ai_tools(call("read_file", path="notes.md")),
+        ai_tools(call("bash", command="echo v2 > notes.md")),
+        ai_tools(call("write_file", path="notes.md", content="stale overwrite\n")),
+        ai_tools(call("read_file", path="notes.md")),
+        ai_tools(call("write_file", path="notes.md", content="informed overwrite\n")),
+        ai_tools(call("read_file", path="notes.md")),
+        ai_text("done"),
+    ]
+    result = await run_agent(make_settings(tmp_path, script), "go")
+    messages = tool_messages(result)
+    blind, stale = messages[1], messages[4]
+    for blocked in (blind, stale):
+        assert blocked.status == "error"
+        assert blocked.additional_kwargs["deerflow_write_block"] == {
+            "path": f"{WS}/notes.md",
+            "tool": "write_file",
+        }
+    assert messages[2].content == "v1\n", "the blind overwrite wrote nothing"
+    assert messages[5].content == "v2\n", "the stale overwrite wrote nothing"
+    assert messages[6].status == "success"
+    assert messages[7].content == "informed overwrite\n"
 
 
 async def test_user_errors_become_error_tool_messages(tmp_path: Path) -> None:
@@ -73,6 +110,7 @@ async def test_user_errors_become_error_tool_messages(tmp_path: Path) -> None:
         ai_tools(call("grep", pattern="([bad", path=WS)),
         ai_tools(call("glob", pattern="../*")),
         ai_tools(call("write_file", path="twice.txt", content="a a")),
+        ai_tools(call("read_file", path="twice.txt")),
         ai_tools(call("str_replace", path="twice.txt", old_str="a", new_str="b")),
         ai_tools(call("str_replace", path="twice.txt", old_str="", new_str="b")),
         ai_tools(tool_call("read_file", description="no path given")),
@@ -88,6 +126,7 @@ async def test_user_errors_become_error_tool_messages(tmp_path: Path) -> None:
         "no such file",
         "invalid regular expression",
         "must be relative",
+        None,
         None,
         "occurs 2 times",
         "old_str is empty",

@@ -20,7 +20,7 @@ from runtime.config import Settings
 from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import resolve_run_options
 from runtime.state import ThreadState
-from tools.registry import load_tools
+from tools.selection import select_tools
 
 __all__ = ["build_agent"]
 
@@ -47,7 +47,11 @@ def build_agent(
         middleware = build_middlewares(inputs, custom_middlewares=custom_middlewares)
     else:
         middleware = [*build_subagent_runtime_middlewares(inputs), *custom_middlewares]
-    agent_tools = list(tools) if tools is not None else load_tools(settings)
+    agent_tools = (
+        list(tools)
+        if tools is not None
+        else select_tools(settings, kind=kind, model=resolved.entry)
+    )
     graph = create_agent(
         model,
         agent_tools,

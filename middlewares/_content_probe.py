@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from runtime.paths import VIRTUAL_USER_DATA, thread_paths
 from sandbox.base import SandboxError, SandboxPathError, SandboxProvider
+from sandbox.session import current_binding, safe_thread_id
 
 __all__ = [
     "ContentProbe",
@@ -138,8 +139,23 @@ class SandboxContentProbe:
         return self._provider()
 
     async def adigest(self, target: ProbeTarget) -> str:
+        bound = current_binding()
+        if (
+            bound is not None
+            and target.thread_id
+            and bound.sandbox.belongs_to(target.user_id, safe_thread_id(target.thread_id))
+        ):
+            # SandboxMiddleware resolved (and owner-checked) this call's sandbox.
+            data = await bound.sandbox.download_bytes(target.path)
+            return hashlib.sha256(data).hexdigest()
         provider = self._resolve_provider()
         sandbox = provider.get(target.sandbox_id) if target.sandbox_id else None
+        if (
+            sandbox is not None
+            and target.thread_id
+            and not sandbox.belongs_to(target.user_id, safe_thread_id(target.thread_id))
+        ):
+            sandbox = None  # state's id is only a hint: never another user's sandbox
         if sandbox is None:
             if not target.thread_id:
                 raise SandboxError("no sandbox and no thread id to acquire one")

@@ -26,17 +26,20 @@ from middlewares.model_length_finish_reason import (  # issue 7: 38
 from middlewares.pii_redaction import PiiRedactionMiddleware  # issue 7: 4
 from middlewares.read_before_write import ReadBeforeWriteMiddleware  # issue 5: 13
 from middlewares.safety_finish_reason import SafetyFinishReasonMiddleware  # issue 7: 39
+from middlewares.sandbox import SandboxMiddleware  # issue 5: 7
 from middlewares.sandbox_audit import SandboxAuditMiddleware  # issue 5: 12
 from middlewares.system_message_coalescing import (  # issue 7: 30
     SystemMessageCoalescingMiddleware,
 )
 from middlewares.terminal_response import TerminalResponseMiddleware  # issue 7: 37
+from middlewares.thread_data import ThreadDataMiddleware  # issue 5: 5
 from middlewares.tool_error_handling import ToolErrorHandlingMiddleware  # issue 7: 15
 from middlewares.tool_output_budget import ToolOutputBudgetMiddleware  # issue 7: 2
 from middlewares.tool_receipt import ToolReceiptMiddleware  # issue 7: 15 (receipts)
 from middlewares.tool_result_sanitization import (  # issue 7: 3
     ToolResultSanitizationMiddleware,
 )
+from middlewares.uploads import UploadsMiddleware  # issue 5: 6
 from runtime.config import ModelConfig, Settings
 from runtime.run_options import RunOptions
 
@@ -72,6 +75,10 @@ def build_lead_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddleware[
     # 4 PiiRedaction (optional, pii_redaction.enabled).
     if settings.pii_redaction.enabled:
         chain.append(PiiRedactionMiddleware.from_config(settings.pii_redaction))
+    # 5 ThreadData, 6 Uploads (lead only: the subagent builder drops it), 7 Sandbox.
+    chain.append(ThreadDataMiddleware(settings))
+    chain.append(UploadsMiddleware(settings))
+    chain.append(SandboxMiddleware(settings))
     # 8 DanglingToolCall.
     chain.append(DanglingToolCallMiddleware())
     # 9 LLMErrorHandling (llm_error_handling.enabled, default on).
@@ -100,6 +107,7 @@ def build_subagent_runtime_middlewares(inputs: ChainInputs) -> list[AgentMiddlew
     """The subagent chain: most of the runtime base plus its own tail."""
     settings = inputs.settings
     chain = build_lead_runtime_middlewares(inputs)
+    chain = [m for m in chain if not isinstance(m, UploadsMiddleware)]  # 6 is lead only
     # 30 SystemMessageCoalescing, 34 ModelContentCompatibility.
     chain.append(SystemMessageCoalescingMiddleware())
     chain.append(ModelContentCompatibilityMiddleware())

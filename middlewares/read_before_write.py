@@ -56,6 +56,7 @@ from middlewares._tool_meta import blocked_tool_message
 from middlewares.tool_call_args import pair_tool_call_results, rewrite_tool_call_args
 from runtime.config import ReadBeforeWriteConfig, Settings
 from sandbox.base import SandboxError
+from sandbox.provider import get_sandbox_provider
 
 __all__ = [
     "READ_MARK_KEY",
@@ -102,14 +103,14 @@ def _log_uninspectable(target: ProbeTarget, exc: Exception) -> None:
 
 
 def default_content_probe(settings: Settings) -> ContentProbe:
-    """The probe the assembled chain uses.
+    """The probe the assembled chain uses: the run's own sandbox, any provider.
 
-    INTEGRATION HOOK: this reads the local data layout (what the local sandbox
-    provider serves). Once the sandbox package exposes its process-wide
-    provider, return ``SandboxContentProbe(<provider getter>)`` here so remote
-    sandboxes (Kubernetes) are probed through ``Sandbox.download_bytes``.
+    Files are hashed through ``Sandbox.download_bytes`` of the sandbox that
+    SandboxMiddleware bound for this tool call (owner-checked), so the local
+    and the Kubernetes provider are probed the same way; a missing file is
+    ``SandboxNotFoundError``, a ``FileNotFoundError``.
     """
-    return HostPathContentProbe(settings.data_root_path())
+    return SandboxContentProbe(lambda: get_sandbox_provider(settings))
 
 
 class ReadBeforeWriteMiddleware(AgentMiddleware[Any, Any, Any]):

@@ -354,9 +354,60 @@ class AuthConfig(_Section):
 
 
 class SandboxConfig(_Section):
-    """Which sandbox provider runs the agent's shell and files."""
+    """Which sandbox provider runs the agent's shell and files, and its limits.
+
+    The default local provider runs commands on the server host as the
+    server's user: it is for development and is not an isolation boundary.
+    """
 
     use: str = "sandbox.local:LocalSandboxProvider"
+    lazy_init: bool = Field(
+        default=True, description="acquire on the first sandbox tool call, not at run start"
+    )
+    thread_dirs_lazy_init: bool = Field(
+        default=True, description="create thread directories on first use, not at run start"
+    )
+    allow_host_bash: bool = Field(
+        default=True, description="local provider: allow shell commands on the host"
+    )
+    command_timeout_seconds: float = Field(default=300.0, gt=0, le=86400)
+    max_output_bytes: int = Field(default=131072, ge=1024, le=64 * 1024 * 1024)
+    max_read_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    skills_dir: str | None = Field(
+        default="skills", description="host directory shown read-only at /mnt/skills"
+    )
+    secret_env_patterns: list[str] = Field(
+        default_factory=list,
+        description="extra env-name patterns kept out of commands (beyond *KEY* *SECRET* ...)",
+    )
+
+    @field_validator("use")
+    @classmethod
+    def _use_shape(cls, value: str) -> str:
+        if ":" not in value or value.startswith(":") or value.endswith(":"):
+            raise ValueError("must look like 'module.path:ClassName'")
+        return value
+
+
+class UploadsConfig(_Section):
+    """Limits of the HTTP upload route (``POST /threads/{thread_id}/uploads``)."""
+
+    max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    max_files: int = Field(default=20, ge=1, le=1000)
+
+
+class ToolGroupsConfig(_Section):
+    """Which tool groups each agent gets; ``null`` means every group.
+
+    Capability-gated groups stay gated: ``vision`` needs a model with
+    ``supports_vision``, ``sandbox`` (bash) needs a provider that allows commands.
+    """
+
+    lead_agent: list[str] | None = None
+    subagent: list[str] | None = Field(default_factory=lambda: ["sandbox", "files", "vision"])
+
+    def for_kind(self, kind: str) -> list[str] | None:
+        return self.lead_agent if kind == "lead_agent" else self.subagent
 
 
 class SubagentsConfig(_Section):
@@ -490,6 +541,8 @@ class Settings(_Section):
     tools: list[ToolConfig] | None = Field(
         default=None, description="None means the built-in default tool set"
     )
+    tool_groups: ToolGroupsConfig = Field(default_factory=ToolGroupsConfig)
+    uploads: UploadsConfig = Field(default_factory=UploadsConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
     read_before_write: ReadBeforeWriteConfig = Field(default_factory=ReadBeforeWriteConfig)
     extensions: ExtensionsConfig = Field(default_factory=ExtensionsConfig)
@@ -533,6 +586,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_AUTH_JWT_SECRET": ("auth", "jwt", "secret"),
     "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
+    "DEERFLOW_SANDBOX_ALLOW_HOST_BASH": ("sandbox", "allow_host_bash"),
     "DEERFLOW_READ_BEFORE_WRITE": ("read_before_write", "enabled"),
     "DEERFLOW_PII_REDACTION_ENABLED": ("pii_redaction", "enabled"),
 }

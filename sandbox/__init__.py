@@ -5,6 +5,7 @@ from sandbox.base import (
     GrepMatch,
     Sandbox,
     SandboxError,
+    SandboxNotFoundError,
     SandboxPathError,
     SandboxProvider,
 )
@@ -14,6 +15,7 @@ __all__ = [
     "GrepMatch",
     "Sandbox",
     "SandboxError",
+    "SandboxNotFoundError",
     "SandboxPathError",
     "SandboxProvider",
 ]

@@ -16,8 +16,19 @@ from runtime.config import ConfigError, Settings, ToolConfig, import_object
 __all__ = ["DEFAULT_TOOLS", "load_tools", "tool_configs"]
 
 # The built-in default tool set, used when config has no ``tools:`` key.
-# Later issues add the sandbox and file tools here.
-DEFAULT_TOOLS: tuple[ToolConfig, ...] = ()
+# Groups: ``sandbox`` (shell; needs a provider that allows commands), ``files``,
+# ``present`` (lead only by default) and ``vision`` (vision models only).
+DEFAULT_TOOLS: tuple[ToolConfig, ...] = (
+    ToolConfig(name="bash", group="sandbox", use="tools.sandbox:bash"),
+    ToolConfig(name="ls", group="files", use="tools.files:ls"),
+    ToolConfig(name="glob", group="files", use="tools.files:glob_tool"),
+    ToolConfig(name="grep", group="files", use="tools.files:grep"),
+    ToolConfig(name="read_file", group="files", use="tools.files:read_file"),
+    ToolConfig(name="write_file", group="files", use="tools.files:write_file"),
+    ToolConfig(name="str_replace", group="files", use="tools.files:str_replace"),
+    ToolConfig(name="present_files", group="present", use="tools.present:present_files"),
+    ToolConfig(name="view_image", group="vision", use="tools.view_image:view_image"),
+)
 
 
 def tool_configs(settings: Settings) -> tuple[ToolConfig, ...]:

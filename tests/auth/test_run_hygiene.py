@@ -72,7 +72,13 @@ def _assert_clean(report: dict[str, Any], user: str) -> None:
         assert not {"user_role", "is_internal", "__authorization_outcome"} & set(keys), keys
         assert "langgraph_auth_extra" not in keys, keys
     assert "__authorization_outcome" not in report["configurable_keys"]
-    assert report["human_additional_kwargs"] == [{"client_tag": "kept"}]
+    # ThreadDataMiddleware (spec number 5) stamps the server-owned run_id and timestamp.
+    stamps = {"run_id", "timestamp"}
+    caller_kwargs = [
+        {key: value for key, value in kwargs.items() if key not in stamps}
+        for kwargs in report["human_additional_kwargs"]
+    ]
+    assert caller_kwargs == [{"client_tag": "kept"}]
 
 
 async def test_forged_context_never_reaches_the_graph(
@@ -119,7 +125,11 @@ async def test_forged_values_in_a_command_update_are_stripped(
         alice, command={"update": {"messages": [FORGED_MESSAGE]}, "goto": "model"}
     )
     seen = report["human_additional_kwargs"]
-    assert seen and all(extra == {"client_tag": "kept"} for extra in seen), seen
+    stamps = {"run_id", "timestamp"}  # ThreadDataMiddleware's own stamp (spec number 5)
+    assert seen and all(
+        {k: v for k, v in extra.items() if k not in stamps} == {"client_tag": "kept"}
+        for extra in seen
+    ), seen
 
 
 async def test_assistant_defaults_cannot_smuggle_identity(

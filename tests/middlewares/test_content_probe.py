@@ -34,8 +34,8 @@ from tests.support.scripted import ai_text, ai_tools, tool_call
 class MemorySandbox(Sandbox):
     """A complete in-memory implementation of the sandbox contract."""
 
-    def __init__(self, sandbox_id: str) -> None:
-        super().__init__(sandbox_id)
+    def __init__(self, sandbox_id: str, *, user_id: str, thread_id: str) -> None:
+        super().__init__(sandbox_id, user_id=user_id, thread_id=thread_id)
         self.files: dict[str, bytes] = {}
 
     async def execute_command(
@@ -88,7 +88,9 @@ class MemoryProvider(SandboxProvider):
     async def acquire(self, thread_id: str, *, user_id: str) -> str:
         self.acquired.append((user_id, thread_id))
         sandbox_id = f"{user_id}-{thread_id}"
-        self.sandboxes.setdefault(sandbox_id, MemorySandbox(sandbox_id))
+        self.sandboxes.setdefault(
+            sandbox_id, MemorySandbox(sandbox_id, user_id=user_id, thread_id=thread_id)
+        )
         return sandbox_id
 
     def get(self, sandbox_id: str) -> Sandbox | None:
@@ -122,7 +124,7 @@ def test_normalize_virtual_path() -> None:
 def test_both_probes_satisfy_the_protocol() -> None:
     assert isinstance(HostPathContentProbe(Path(".")), ContentProbe)
     assert isinstance(SandboxContentProbe(MemoryProvider()), ContentProbe)
-    assert isinstance(default_content_probe(get_settings()), HostPathContentProbe)
+    assert isinstance(default_content_probe(get_settings()), SandboxContentProbe)
 
 
 async def test_sandbox_probe_acquires_when_no_sandbox_is_known_yet() -> None:

@@ -1,0 +1,169 @@
+"""SandboxMiddleware (spec number 7): the sandbox's lifecycle and its id in state.
+
+- ``before_agent``: nothing by default (``sandbox.lazy_init: true``); with lazy
+  init off it acquires eagerly and stores ``sandbox_id``. An eager failure is
+  logged and left to the lazy path instead of failing the run.
+- ``wrap_tool_call``: for sandbox tools (metadata ``deerflow_sandbox_tool``) it
+  resolves the sandbox right before the first one runs (state's id if the
+  provider still holds it for this user and thread, else ``acquire``), binds
+  it for the call, and when the id is new, persists it to state through the
+  tool result's ``Command`` (a tool cannot write state by mutating it).
+  Acquisition failures become an error ``ToolMessage``.
+- ``after_agent``: releases the run's sandbox (the provider may keep it warm).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import ToolCallRequest
+from langchain_core.messages import ToolMessage
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from auth.identity import resolve_runtime_user_id
+from runtime.config import Settings
+from runtime.state import ThreadState
+from sandbox.base import SandboxError, SandboxProvider
+from sandbox.provider import get_sandbox_provider
+from sandbox.session import (
+    bind_sandbox,
+    resolve_binding,
+    safe_thread_id,
+    state_sandbox_id,
+    thread_id_of,
+)
+from tools._common import is_sandbox_tool
+
+__all__ = ["SandboxMiddleware"]
+
+logger = logging.getLogger(__name__)
+
+ToolResult = ToolMessage | Command[Any]
+
+
+def _error_message(request: ToolCallRequest, text: str) -> ToolMessage:
+    return ToolMessage(
+        content=f"Error: {text}",
+        tool_call_id=request.tool_call.get("id") or "",
+        name=request.tool_call.get("name"),
+        status="error",
+    )
+
+
+def _with_sandbox_id(result: ToolResult, sandbox_id: str) -> ToolResult:
+    """Carry ``sandbox_id`` into state alongside the tool's own result."""
+    update = {"sandbox": {"sandbox_id": sandbox_id}}
+    if isinstance(result, ToolMessage):
+        return Command(update={**update, "messages": [result]})
+    if isinstance(result, Command):
+        if result.update is None:
+            return dataclasses.replace(result, update=update)
+        if isinstance(result.update, dict):
+            return dataclasses.replace(result, update={**update, **result.update})
+    logger.warning("cannot persist sandbox %s: unexpected tool result shape", sandbox_id)
+    return result
+
+
+class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
+    """Lazy acquisition on the first sandbox tool call; release after the run."""
+
+    state_schema = ThreadState
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        lazy_init: bool | None = None,
+        provider: SandboxProvider | None = None,
+    ) -> None:
+        super().__init__()
+        self._settings = settings
+        self.lazy_init = settings.sandbox.lazy_init if lazy_init is None else lazy_init
+        self._provider = provider
+
+    @property
+    def provider(self) -> SandboxProvider:
+        if self._provider is None:
+            self._provider = get_sandbox_provider(self._settings)
+        return self._provider
+
+    # --- before_agent ------------------------------------------------------------
+
+    def before_agent(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        if not self.lazy_init:
+            logger.info("eager sandbox acquisition needs async execution; acquiring lazily")
+        return None
+
+    async def abefore_agent(
+        self, state: ThreadState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        if self.lazy_init:
+            return None
+        try:
+            binding = await resolve_binding(self._settings, state, runtime, provider=self.provider)
+        except SandboxError as exc:
+            logger.warning("eager sandbox acquisition failed (will retry lazily): %s", exc)
+            return None
+        if binding.needs_persist:
+            return {"sandbox": {"sandbox_id": binding.sandbox.id}}
+        return None
+
+    # --- wrap_tool_call ----------------------------------------------------------
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolResult],
+    ) -> ToolResult:
+        if not is_sandbox_tool(request.tool):
+            return handler(request)
+        return _error_message(
+            request, "sandbox tools run only when the agent is executed asynchronously"
+        )
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        if not is_sandbox_tool(request.tool):
+            return await handler(request)
+        try:
+            binding = await resolve_binding(
+                self._settings, request.state, request.runtime, provider=self.provider
+            )
+        except SandboxError as exc:
+            return _error_message(request, f"the sandbox is unavailable: {exc}")
+        with bind_sandbox(binding):
+            result = await handler(request)
+        if binding.needs_persist:
+            result = _with_sandbox_id(result, binding.sandbox.id)
+        return result
+
+    # --- after_agent -------------------------------------------------------------
+
+    def after_agent(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return None
+
+    async def aafter_agent(
+        self, state: ThreadState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        sandbox_id = state_sandbox_id(state)
+        raw_thread = thread_id_of(runtime)
+        if not sandbox_id or not raw_thread:
+            return None
+        sandbox = self.provider.get(sandbox_id)
+        if sandbox is None or not sandbox.belongs_to(
+            resolve_runtime_user_id(runtime), safe_thread_id(raw_thread)
+        ):
+            return None
+        try:
+            await self.provider.release(sandbox_id)
+        except Exception:
+            logger.warning("releasing sandbox %s failed", sandbox_id, exc_info=True)
+        return None

@@ -1,0 +1,44 @@
+"""Which tools each agent gets: groups from config, vision and command gates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runtime.config import load_settings
+from tests.support.scripted import ai_text, scripted_model_entry, write_config
+from tools.registry import DEFAULT_TOOLS
+from tools.selection import select_tools
+
+ALL = ["bash", "ls", "glob", "grep", "read_file", "write_file", "str_replace", "present_files"]
+
+
+def _names(
+    tmp_path: Path, *, vision: bool = False, kind: str = "lead_agent", **sections: Any
+) -> list[str]:
+    settings = load_settings(
+        write_config(
+            tmp_path,
+            models=[scripted_model_entry([ai_text("x")], supports_vision=vision)],
+            **sections,
+        )
+    )
+    model = settings.default_model
+    return [t.name for t in select_tools(settings, kind=kind, model=model)]  # type: ignore[arg-type]
+
+
+def test_default_set_for_the_lead_agent(tmp_path: Path) -> None:
+    assert [t.name for t in DEFAULT_TOOLS] == [*ALL, "view_image"]
+    assert _names(tmp_path) == ALL
+    assert _names(tmp_path, vision=True) == [*ALL, "view_image"]
+
+
+def test_subagents_do_not_present_files(tmp_path: Path) -> None:
+    assert _names(tmp_path, kind="subagent") == [n for n in ALL if n != "present_files"]
+
+
+def test_groups_and_gates_from_config(tmp_path: Path) -> None:
+    assert _names(tmp_path, tool_groups={"lead_agent": ["files"]}) == ALL[1:7]
+    assert _names(tmp_path, sandbox={"allow_host_bash": False}) == ALL[1:]
+    # A configured group cannot bypass the vision gate.
+    assert "view_image" not in _names(tmp_path, tool_groups={"lead_agent": ["vision"]})

@@ -55,7 +55,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypedDict, cast, get_type_hints
+from typing import Any, TypedDict, cast, get_type_hints
 
 from langchain.agents.factory import (
     _chain_async_model_call_handlers,
@@ -444,16 +444,20 @@ class _Simulation:
 
 
 class _FusedGroupBase(AgentMiddleware[Any, Any, Any]):
-    """Consecutive fusable lifecycle hooks of one family, run as one graph node."""
+    """Consecutive fusable lifecycle hooks, one graph node per family it implements.
 
-    hook_name: ClassVar[str] = ""
+    When the same members form a group in several families (the common case),
+    one instance implements all of them, so node names stay readable:
+    ``A+B+C.before_model``, ``A+B+C.after_model``; a group of one keeps the
+    member's own node name.
+    """
 
-    def __init__(self, spec: _GroupSpec, name: str) -> None:
+    def __init__(self, specs: dict[str, _GroupSpec], name: str) -> None:
         super().__init__()
-        self.spec = spec
+        self.specs = specs
         self._name = name
         self.tools = []
-        self._keys = frozenset(spec.channels)
+        self._keys = frozenset(next(iter(specs.values())).channels)
 
     @property
     def name(self) -> str:
@@ -461,11 +465,13 @@ class _FusedGroupBase(AgentMiddleware[Any, Any, Any]):
 
     @property
     def members(self) -> tuple[AgentMiddleware[Any, Any], ...]:
-        return tuple(m.middleware for m in self.spec.members)
+        seen: dict[int, AgentMiddleware[Any, Any]] = {}
+        for spec in self.specs.values():
+            for member in spec.members:
+                seen.setdefault(id(member.middleware), member.middleware)
+        return tuple(seen.values())
 
-    # The node body, shared by the sync and async paths.
-
-    def _writes(self, member: _Member, result: Any) -> list[tuple[str, Any]]:
+    def _writes(self, hook: str, member: _Member, result: Any) -> list[tuple[str, Any]]:
         if result is None:
             return []
         if isinstance(result, dict):
@@ -479,15 +485,17 @@ class _FusedGroupBase(AgentMiddleware[Any, Any, Any]):
                     continue
                 if item.goto or item.graph is not None or item.resume is not None:
                     raise FusionContractError(
-                        f"{member.label}.{self.hook_name} returned a Command with goto, "
-                        "graph or resume, which a fused hook cannot honour; set "
-                        f"`{FUSABLE_ATTRIBUTE} = False` on {type(member.middleware).__name__}"
+                        f"{member.label}.{hook} returned a Command with goto, graph or resume, "
+                        f"which a fused hook cannot honour; set `{FUSABLE_ATTRIBUTE} = False` "
+                        f"on {type(member.middleware).__name__}"
                     )
                 writes.extend((k, v) for k, v in item._update_as_tuples() if k in self._keys)
             return writes
         raise InvalidUpdateError(f"Expected dict, got {result}")
 
-    def _decide(self, index: int, member: _Member, writes: list[tuple[str, Any]]) -> str | None:
+    def _decide(
+        self, spec: _GroupSpec, index: int, member: _Member, writes: list[tuple[str, Any]]
+    ) -> str | None:
         """``"exit"``, ``"restart"`` or None (go on), as the naive edge after ``member``."""
         written = [v for k, v in writes if k == "jump_to"]
         target = _resolve(written[-1]) if written else None
@@ -499,80 +507,81 @@ class _FusedGroupBase(AgentMiddleware[Any, Any, Any]):
             return None
         allowed = target in member.jumps and not (target == "model" and member.is_loop_entry)
         if not allowed:
-            raise KeyError(_naive_destination(self.spec, index, target))
-        if target == self.spec.restarts_on:
-            return "restart"
-        return "exit"
+            raise KeyError(_naive_destination(spec, index, target))
+        return "restart" if target == spec.restarts_on else "exit"
 
-    def _limit(self) -> int:
+    @staticmethod
+    def _limit() -> int:
         try:
             return int(get_config().get("recursion_limit", _DEFAULT_RECURSION_LIMIT))
         except RuntimeError:
             return _DEFAULT_RECURSION_LIMIT
 
-    def _traced(self, member: _Member, function: Callable[..., Any]) -> Callable[..., Any]:
+    @staticmethod
+    def _traced(hook: str, member: _Member, function: Callable[..., Any]) -> Callable[..., Any]:
         return cast(
             "Callable[..., Any]",
-            traceable(name=f"{member.label}.{self.hook_name}", run_type="chain")(function),
+            traceable(name=f"{member.label}.{hook}", run_type="chain")(function),
         )
 
-    def _run_sync(self, state: dict[str, Any], runtime: Any) -> Any:
-        members = self.spec.members
-        simulation = _Simulation(self.spec.channels, state)
+    def _advance(
+        self,
+        spec: _GroupSpec,
+        index: int,
+        member: _Member,
+        writes: list[tuple[str, Any]],
+        steps: int,
+    ) -> int | None:
+        """The next member index, or None when the group is done."""
+        decision = self._decide(spec, index, member, writes)
+        if decision == "exit":
+            return None
+        if decision == "restart":
+            limit = self._limit()
+            if steps >= limit:
+                raise GraphRecursionError(f"Recursion limit of {limit} reached in {self.name}")
+            return 0
+        return index + 1 if index + 1 < len(spec.members) else None
+
+    def _run_sync(self, hook: str, state: dict[str, Any], runtime: Any) -> Any:
+        spec = self.specs[hook]
+        simulation = _Simulation(spec.channels, state)
         tracing = _tracing_now()
-        steps, limit, index = 0, None, 0
-        while index < len(members):
-            member = members[index]
+        steps = 0
+        index: int | None = 0
+        while index is not None:
+            member = spec.members[index]
             if member.sync is None:
-                raise TypeError(
-                    f'No synchronous function provided to "{member.label}.{self.hook_name}".'
-                )
-            function = self._traced(member, member.sync) if tracing else member.sync
-            result = _call_guarded(member, self.hook_name, function, simulation, runtime)
-            writes = self._writes(member, result)
+                raise TypeError(f'No synchronous function provided to "{member.label}.{hook}".')
+            function = self._traced(hook, member, member.sync) if tracing else member.sync
+            result = _call_guarded(member, hook, function, simulation, runtime)
+            writes = self._writes(hook, member, result)
             simulation.step(writes)
             steps += 1
-            decision = self._decide(index, member, writes)
-            if decision == "exit":
-                break
-            if decision == "restart":
-                limit = self._limit() if limit is None else limit
-                if steps >= limit:
-                    raise GraphRecursionError(f"Recursion limit of {limit} reached in {self.name}")
-                index = 0
-                continue
-            index += 1
+            index = self._advance(spec, index, member, writes, steps)
         return simulation.output()
 
-    async def _run_async(self, state: dict[str, Any], runtime: Any) -> Any:
-        members = self.spec.members
-        simulation = _Simulation(self.spec.channels, state)
+    async def _run_async(self, hook: str, state: dict[str, Any], runtime: Any) -> Any:
+        spec = self.specs[hook]
+        simulation = _Simulation(spec.channels, state)
         tracing = _tracing_now()
-        steps, limit, index = 0, None, 0
-        while index < len(members):
-            member = members[index]
+        steps = 0
+        index: int | None = 0
+        while index is not None:
+            member = spec.members[index]
             if member.async_ is not None:
                 function: Callable[..., Any] = member.async_
                 if tracing:
-                    function = self._traced(member, function)
-                result = await _acall_guarded(member, self.hook_name, function, simulation, runtime)
+                    function = self._traced(hook, member, function)
+                result = await _acall_guarded(member, hook, function, simulation, runtime)
             else:
                 assert member.sync is not None
-                function = self._traced(member, member.sync) if tracing else member.sync
-                result = _call_guarded(member, self.hook_name, function, simulation, runtime)
-            writes = self._writes(member, result)
+                function = self._traced(hook, member, member.sync) if tracing else member.sync
+                result = _call_guarded(member, hook, function, simulation, runtime)
+            writes = self._writes(hook, member, result)
             simulation.step(writes)
             steps += 1
-            decision = self._decide(index, member, writes)
-            if decision == "exit":
-                break
-            if decision == "restart":
-                limit = self._limit() if limit is None else limit
-                if steps >= limit:
-                    raise GraphRecursionError(f"Recursion limit of {limit} reached in {self.name}")
-                index = 0
-                continue
-            index += 1
+            index = self._advance(spec, index, member, writes, steps)
         return simulation.output()
 
 
@@ -614,25 +623,28 @@ def _naive_destination(spec: _GroupSpec, index: int, target: str) -> str:
     return target
 
 
-def _group_methods(hook: str) -> dict[str, Any]:
+def _group_methods(hook: str, jumps: tuple[str, ...]) -> dict[str, Any]:
     def sync_hook(self: _FusedGroupBase, state: Any, runtime: Any) -> Any:
-        return self._run_sync(state, runtime)
+        return self._run_sync(hook, state, runtime)
 
     async def async_hook(self: _FusedGroupBase, state: Any, runtime: Any) -> Any:
-        return await self._run_async(state, runtime)
+        return await self._run_async(hook, state, runtime)
 
     sync_hook.__name__ = hook
     async_hook.__name__ = f"a{hook}"
-    return {hook: sync_hook, f"a{hook}": async_hook}
+    methods: dict[str, Any] = {hook: sync_hook, f"a{hook}": async_hook}
+    if jumps:
+        for function in methods.values():
+            function.__can_jump_to__ = list(jumps)
+    return methods
 
 
 @functools.cache
-def _group_class(hook: str, jumps: tuple[str, ...]) -> type[_FusedGroupBase]:
-    namespace = _group_methods(hook)
-    if jumps:
-        for function in namespace.values():
-            function.__can_jump_to__ = list(jumps)
-    namespace["hook_name"] = hook
+def _group_class(signature: tuple[tuple[str, tuple[str, ...]], ...]) -> type[_FusedGroupBase]:
+    """A subclass implementing exactly ``(hook, can_jump_to)`` for each family it fuses."""
+    namespace: dict[str, Any] = {}
+    for hook, jumps in signature:
+        namespace.update(_group_methods(hook, jumps))
     return type("FusedHooks", (_FusedGroupBase,), namespace)
 
 
@@ -684,16 +696,12 @@ def fuse_middlewares(
     first_after_model = next((m for m in chain if _has_hook(m, "after_model")), None)
     first_exec_after_agent = next((m for m in reversed(chain) if _has_hook(m, "after_agent")), None)
 
-    # For each family: its units in registration order, a unit being a proxy's id
-    # or a fused group.
-    placements: dict[int, list[AgentMiddleware[Any, Any]]] = {}  # proxy id -> groups after it
-    leading: list[AgentMiddleware[Any, Any]] = []
-    used_names = {m.name for m in chain} | {CHAIN_NAME}
+    # Per anchor (the proxy a group follows in registration order; None = before
+    # any), the fused groups to place there: (family, member key, spec).
+    buckets: dict[int | None, list[tuple[str, tuple[int, ...], _GroupSpec]]] = {}
     for hook in LIFECYCLE_HOOKS:
         participants = [m for m in chain if _has_hook(m, hook)]
-        if not participants:
-            continue
-        units: list[Any] = []  # in execution order: ("proxy", m) or ("group", [members])
+        units: list[tuple[str, Any]] = []  # execution order: ("proxy", m) | ("group", members)
         run: list[_Member] = []
         for m in _execution_order(hook, participants):
             if not fusable[id(m)]:
@@ -712,10 +720,10 @@ def fuse_middlewares(
                 )
             )
         units.extend(("group", g) for g in _split_groups(hook, run))
-        built: list[Any] = []
-        for kind, value in units:
+        anchor: int | None = None
+        for kind, value in units if hook in _BEFORE else list(reversed(units)):
             if kind == "proxy":
-                built.append(("proxy", value))
+                anchor = id(value)
                 continue
             members = tuple(value)
             restarts_on = None
@@ -723,30 +731,50 @@ def fuse_middlewares(
                 restarts_on = "model"
             elif hook == "after_agent" and members[0].middleware is first_exec_after_agent:
                 restarts_on = "end"
+            key = tuple(sorted(id(m.middleware) for m in members))
             spec = _GroupSpec(hook, members, channels, restarts_on)
-            jumps = tuple(dict.fromkeys(j for m in members for j in m.jumps))
-            name = "+".join(m.label for m in members)
+            buckets.setdefault(anchor, []).append((hook, key, spec))
+
+    position = {id(m): i for i, m in enumerate(chain)}
+    used_names = {p.name for p in proxies.values()} | {CHAIN_NAME}
+    placed: dict[int | None, list[AgentMiddleware[Any, Any]]] = {}
+    for anchor, entries in buckets.items():
+        slots: list[tuple[tuple[int, ...], dict[str, _GroupSpec]]] = []
+        for hook, key, spec in entries:
+            # Merge into an earlier slot with the same members only if no later
+            # slot of this bucket already holds this family (its order must hold).
+            target = None
+            for i, (slot_key, specs) in enumerate(slots):
+                if (
+                    slot_key == key
+                    and hook not in specs
+                    and not any(hook in later for _, later in slots[i + 1 :])
+                ):
+                    target = specs
+                    break
+            if target is None:
+                slots.append((key, {hook: spec}))
+            else:
+                target[hook] = spec
+        for key, specs in slots:
+            ordered = sorted(key, key=position.__getitem__)
+            labels = [chain[position[k]].name for k in ordered]
+            name = "+".join(labels)
             if name in used_names:
                 suffix = 2
                 while f"{name}~{suffix}" in used_names:
                     suffix += 1
                 name = f"{name}~{suffix}"
             used_names.add(name)
-            built.append(("group", _group_class(hook, jumps)(spec, name)))
-        # Registration order for placing in the list.
-        registration = built if hook in _BEFORE else list(reversed(built))
-        anchor: int | None = None
-        for kind, value in registration:
-            if kind == "proxy":
-                anchor = id(value)
-            elif anchor is None:
-                leading.append(value)
-            else:
-                placements.setdefault(anchor, []).append(value)
+            signature = tuple(
+                (hook, tuple(dict.fromkeys(j for m in spec.members for j in m.jumps)))
+                for hook, spec in specs.items()
+            )
+            placed.setdefault(anchor, []).append(_group_class(signature)(specs, name))
 
-    result: list[AgentMiddleware[Any, Any]] = [wraps, *leading]
+    result: list[AgentMiddleware[Any, Any]] = [wraps, *placed.get(None, ())]
     for m in chain:
         if id(m) in proxies:
             result.append(proxies[id(m)])
-            result.extend(placements.get(id(m), ()))
+            result.extend(placed.get(id(m), ()))
     return result

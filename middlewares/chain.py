@@ -277,10 +277,11 @@ def _fill(slots: Sequence[Slot], inputs: ChainInputs) -> list[ChainMember]:
 
 
 def _configured(loaded: LoadedExtensions) -> list[ChainMember]:
-    return [
-        ChainMember(36, entry.class_path, entry.instantiate(), "configured", entry.label)
-        for entry in loaded.configured
-    ]
+    members = []
+    for entry in loaded.configured:
+        instance = entry.instantiate()
+        members.append(ChainMember(36, instance.name, instance, "configured", entry.label))
+    return members
 
 
 def _custom(custom: Sequence[AgentMiddleware[Any, Any]]) -> list[ChainMember]:

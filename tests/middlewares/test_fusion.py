@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, cast
 
 import pytest
 from langchain.agents import AgentState, create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
@@ -48,6 +49,10 @@ class CounterState(AgentState[Any]):
 async def ask_human(question: str) -> str:
     """Ask the human and wait (interrupts the run)."""
     return f"human said: {interrupt(question)}"
+
+
+def _model(script: list[Any]) -> ScriptedChatModel:
+    return ScriptedChatModel.model_validate({"script": script})
 
 
 def _normalize(messages: list[AnyMessage]) -> list[dict[str, Any]]:
@@ -96,13 +101,13 @@ async def _run(
     recursion_limit: int | None,
 ) -> list[dict[str, Any]]:
     graph = create_agent(
-        ScriptedChatModel(script=script),
+        _model(script),
         tools,
         middleware=chain,
         state_schema=schema,
         checkpointer=InMemorySaver(),
     )
-    config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     if recursion_limit is not None:
         config["recursion_limit"] = recursion_limit
     outcomes: list[dict[str, Any]] = []
@@ -140,9 +145,24 @@ async def compare(
     fused_log: list[str] = []
     naive_chain = build(naive_log)
     fused_chain = fuse_middlewares(build(fused_log), state_schema=schema)
-    kwargs = {"tools": tools, "schema": schema, "sync": sync, "recursion_limit": recursion_limit}
-    naive = await _run(naive_chain, script, steps, **kwargs)
-    fused = await _run(fused_chain, script, steps, **kwargs)
+    naive = await _run(
+        naive_chain,
+        script,
+        steps,
+        tools=tools,
+        schema=schema,
+        sync=sync,
+        recursion_limit=recursion_limit,
+    )
+    fused = await _run(
+        fused_chain,
+        script,
+        steps,
+        tools=tools,
+        schema=schema,
+        sync=sync,
+        recursion_limit=recursion_limit,
+    )
     assert fused == naive
     assert fused_log == naive_log
     return naive, naive_log
@@ -180,7 +200,9 @@ async def test_parallel_tool_calls_keep_the_nesting_of_each_call() -> None:
     naive_log: list[str] = []
     fused_log: list[str] = []
     script = [
-        ai_tools(tool_call("echo", text="a"), tool_call("echo", text="b"), tool_call("echo", text="c")),
+        ai_tools(
+            tool_call("echo", text="a"), tool_call("echo", text="b"), tool_call("echo", text="c")
+        ),
         ai_text("done"),
     ]
     results = []
@@ -188,7 +210,7 @@ async def test_parallel_tool_calls_keep_the_nesting_of_each_call() -> None:
         chain = [probe(name, log) for name in ("A", "B")]
         if fuse:
             chain = fuse_middlewares(chain, state_schema=ThreadState)
-        graph = create_agent(ScriptedChatModel(script=script), [echo], middleware=chain)
+        graph = create_agent(_model(script), [echo], middleware=chain)
         results.append(_snapshot(await graph.ainvoke({"messages": [HumanMessage("go")]})))
     assert results[0] == results[1]
     for position in range(3):
@@ -383,7 +405,7 @@ async def test_endless_restart_hits_the_recursion_limit_in_both() -> None:
     naive_log: list[str] = []
     fused_log: list[str] = []
     for chain in (build(naive_log), fuse_middlewares(build(fused_log), state_schema=ThreadState)):
-        graph = create_agent(ScriptedChatModel(script=[ai_text("hi")]), [echo], middleware=chain)
+        graph = create_agent(_model([ai_text("hi")]), [echo], middleware=chain)
         with pytest.raises(GraphRecursionError):
             await graph.ainvoke({"messages": [HumanMessage("go")]}, {"recursion_limit": 12})
 
@@ -453,10 +475,14 @@ async def test_interrupts_raised_inside_fused_hooks_still_propagate() -> None:
         state_schema=ThreadState,
     )
     graph = create_agent(
-        ScriptedChatModel(script=[ai_text("hi")]), [echo], middleware=chain,
+        _model([ai_text("hi")]),
+        [echo],
+        middleware=chain,
         checkpointer=InMemorySaver(),
     )
-    result = await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "i"}})
+    result = await graph.ainvoke(
+        {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "i"}}
+    )
     assert [i.value for i in result["__interrupt__"]] == ["x"]
 
 
@@ -466,9 +492,16 @@ async def test_a_fused_hook_returning_command_goto_is_a_contract_error() -> None
         [probe("A", log, on={"before_model": lambda s, n: Command(goto="tools")})],
         state_schema=ThreadState,
     )
-    graph = create_agent(ScriptedChatModel(script=[ai_text("hi")]), [echo], middleware=chain)
+    graph = create_agent(_model([ai_text("hi")]), [echo], middleware=chain)
     with pytest.raises(FusionContractError, match="deerflow_fusable"):
         await graph.ainvoke({"messages": [HumanMessage("go")]})
+
+
+def _command_writer(name: str) -> Callable[[dict[str, Any], int], Any]:
+    def write(state: dict[str, Any], n: int) -> Any:
+        return Command(update={"notes": [name], "messages": [HumanMessage(f"{name}{n}")]})
+
+    return write
 
 
 async def test_command_updates_and_repeated_reducer_writes_are_applied_in_order() -> None:
@@ -478,11 +511,7 @@ async def test_command_updates_and_repeated_reducer_writes_are_applied_in_order(
                 name,
                 log,
                 state_schema=CounterState,
-                on={
-                    "before_model": lambda s, n, name=name: Command(
-                        update={"notes": [name], "messages": [HumanMessage(f"{name}{n}")]}
-                    )
-                },
+                on={"before_model": _command_writer(name)},
             )
             for name in ("A", "B", "C")
         ]
@@ -499,11 +528,13 @@ async def test_tools_schema_and_node_count() -> None:
         probe("C", log, state_schema=CounterState),
         probe("D", log),
     ]
-    naive = create_agent(ScriptedChatModel(script=[]), [], middleware=chain)
+    naive = create_agent(_model([]), [], middleware=chain)
     fused = create_agent(
-        ScriptedChatModel(script=[]), [], middleware=fuse_middlewares(chain, state_schema=ThreadState)
+        _model([]),
+        [],
+        middleware=fuse_middlewares(chain, state_schema=ThreadState),
     )
-    assert list(fused.nodes["tools"].bound.tools_by_name) == ["echo"]
+    assert list(cast(Any, fused.nodes["tools"].bound).tools_by_name) == ["echo"]
     assert set(fused.get_input_jsonschema()["properties"]) == set(
         naive.get_input_jsonschema()["properties"]
     )
@@ -528,14 +559,14 @@ def test_compose_chain_keeps_the_naive_chain_when_tracing_or_switched_off(
     log: list[str] = []
     chain = [probe("A", log), probe("B", log)]
     fused = compose_chain(chain, state_schema=ThreadState)
-    assert [m.name for m in fused][0] == CHAIN_NAME
+    assert next(m.name for m in fused) == CHAIN_NAME
     try:
         monkeypatch.setenv("LANGSMITH_TRACING", "true")
-        get_env_var.cache_clear()
+        cast(Any, get_env_var).cache_clear()
         assert compose_chain(chain, state_schema=ThreadState) == chain
     finally:
         monkeypatch.setenv("LANGSMITH_TRACING", "false")
-        get_env_var.cache_clear()
+        cast(Any, get_env_var).cache_clear()
     monkeypatch.setenv("DEERFLOW_CHAIN_FUSION", "false")
     assert compose_chain(chain, state_schema=ThreadState) == chain
 

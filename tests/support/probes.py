@@ -24,7 +24,9 @@ def _call_id(request: Any) -> str:
     return f"[{call['id']}]" if isinstance(call, dict) else ""
 
 
-def _lifecycle(name: str, hook: str, log: list[str], on: dict[str, Behaviour], counts: dict[str, int]):
+def _lifecycle(
+    name: str, hook: str, log: list[str], on: dict[str, Behaviour], counts: dict[str, int]
+):
     def run(state: dict[str, Any]) -> Any:
         counts[hook] = counts.get(hook, 0) + 1
         log.append(f"{name}.{hook}")
@@ -72,10 +74,7 @@ def probe(
 
         def sync_wrap(self: Any, request: Any, handler: Any, _m: str = method) -> Any:
             log.append(f"{name}.{_m}:in{_call_id(request)}")
-            if _m in custom:
-                result = custom[_m](request, handler)
-            else:
-                result = handler(request)
+            result = custom[_m](request, handler) if _m in custom else handler(request)
             log.append(f"{name}.{_m}:out{_call_id(request)}")
             return result
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain_core.runnables import RunnableConfig
 
 from deerflow_extension_api import AgentBuildContext, AgentScope, HostPolicySnapshot
 from deerflow_extension_api._host import apply_contributions
@@ -42,7 +43,8 @@ from deerflow_extension_api._placement import StackEntry
 from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
 from deerflow_extension_api._store import TaskStoreScope
 from runtime.config import ModelConfig, Settings
-from runtime.run_options import RunOptions
+from runtime.models import resolve_model_name
+from runtime.run_options import RunOptions, resolve_run_options
 
 __all__ = [
     "BASE_SLOTS",
@@ -80,6 +82,21 @@ class ChainInputs:
     model: ModelConfig
     effective: dict[str, Any] = field(default_factory=dict)
     scope: AgentScope = AgentScope.LEAD
+
+    @classmethod
+    def from_config(
+        cls,
+        settings: Settings,
+        config: RunnableConfig | None,
+        scope: AgentScope = AgentScope.LEAD,
+    ) -> ChainInputs:
+        """The inputs a run with ``config`` assembles its chain from (as graphs/_build.py does)."""
+        options = resolve_run_options(config)
+        model = resolve_model_name(settings, options.model_name).entry
+        effective = options.effective(subagents_default=settings.subagents.enabled)
+        return cls(
+            settings=settings, options=options, model=model, effective=effective, scope=scope
+        )
 
     def for_scope(self, scope: AgentScope) -> ChainInputs:
         return self if scope is self.scope else dataclasses.replace(self, scope=scope)

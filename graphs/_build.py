@@ -55,7 +55,9 @@ def build_agent(
         model,
         agent_tools,
         system_prompt=system_prompt,
-        middleware=compose_chain(middleware, state_schema=ThreadState, config=config),
+        middleware=compose_chain(
+            middleware, state_schema=ThreadState, config=config, tools=agent_tools
+        ),
         state_schema=ThreadState,
         name=kind,
     )

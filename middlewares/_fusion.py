@@ -14,7 +14,7 @@ of ``chain``. It dispatches exactly as the naive composition does:
   functions (first registered outermost, commands accumulated inner-first)
   into one ``MiddlewareChain`` middleware. Its hooks are plain functions that
   return the composed coroutine, so ``create_agent``'s span wrapper takes its
-  synchronous path: no thread hops, one cheap no-op when tracing is off.
+  synchronous path: no thread hops, a cheap no-op when tracing is off.
 - **Lifecycle hooks** (``before_agent``, ``before_model``, ``after_model``,
   ``after_agent``) of consecutive *fusable* members run inside one node. The
   node replays LangGraph's superstep rules in memory with the graph's own
@@ -24,7 +24,14 @@ of ``chain``. It dispatches exactly as the naive composition does:
   take (a jump back to the group's own first hook restarts the group in
   place), and an undeclared destination raises the same ``KeyError``. The node
   then emits writes whose application yields the same channel values.
-- **Everything else is untouched**: the model node, the tool node, tool
+- **after_model folding** (``fold_after_model=True``, when the agent has a tool
+  node and every ``after_model`` member is fusable): the ``after_model`` hooks
+  run inside the model node, right after the composed wrap chain returns, on the
+  state the model node's own writes produce; their writes follow the model's in
+  the same superstep, and the model node's routing edge reads their
+  ``jump_to`` exactly as the naive loop-exit edge does. One superstep less per
+  step.
+- **Everything else is untouched**: the model call, the tool node, tool
   interrupts and ``Command(goto=...)`` from tools, the state schema (merged in
   the same order), middleware tools (same order) and stream transformers.
 
@@ -33,13 +40,16 @@ when it says nothing, when it is one of this project's built-in middlewares
 (defined under the ``middlewares`` package). The contract a fusable member
 keeps: its ``before_*``/``after_*`` hooks never call ``interrupt()`` and never
 return a ``Command`` with ``goto``/``graph``/``resume`` (one that does raises
-``FusionContractError``). A non-fusable member keeps its own graph nodes under
-its own name, so an interrupt inside one of its hooks behaves exactly as in the
-naive graph. Two differences remain, both outside normal operation and
-documented in ``bench/results/chain_overhead.md``: when a hook *raises*, the
-updates of the earlier hooks of its group are not checkpointed (the run fails
-either way), and hooks of one group share the group's node name in stream
-metadata.
+``FusionContractError``; an interrupt is logged). A non-fusable member keeps
+its own graph nodes under its own name, so an interrupt inside one of its hooks
+behaves exactly as in the naive graph.
+
+What differs, by design and outside normal operation: when a fused hook
+*raises*, the writes made since the last real node boundary (earlier hooks of
+its group; with folding, the model's answer) are not checkpointed; the run
+fails either way. Stream metadata (``langgraph_node``) and ``updates`` events
+name the fused node instead of each member; ``values`` snapshots come once per
+fused node.
 
 ``compose_chain`` picks the composition for one agent build: the naive one
 when LangSmith tracing could be on (traces then have exactly the naive spans)
@@ -51,6 +61,7 @@ naive trace, under one extra ``MiddlewareChain`` span.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -58,11 +69,14 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, cast, get_type_hints
 
 from langchain.agents.factory import (
+    _build_commands,
     _chain_async_model_call_handlers,
     _chain_async_tool_call_wrappers,
     _chain_model_call_handlers,
     _chain_tool_call_wrappers,
+    _ComposedExtendedModelResponse,
     _get_can_jump_to,
+    _normalize_to_model_response,
     _wrap_trace_kwargs,
 )
 from langchain.agents.middleware import AgentMiddleware
@@ -92,6 +106,7 @@ from langsmith import traceable
 from langsmith.utils import tracing_is_enabled
 
 __all__ = [
+    "CHAIN_NAME",
     "FUSABLE_ATTRIBUTE",
     "LIFECYCLE_HOOKS",
     "FusionContractError",
@@ -104,15 +119,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+CHAIN_NAME = "MiddlewareChain"
 FUSABLE_ATTRIBUTE = "deerflow_fusable"
 LIFECYCLE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
 _BEFORE = frozenset({"before_agent", "before_model"})
-_WRAP_HOOKS = (("wrap_model_call", "awrap_model_call"), ("wrap_tool_call", "awrap_tool_call"))
 _REDUCER_CHANNELS = (BinaryOperatorAggregate, DeltaChannel)
 _FINAL_VALUE_CHANNELS = (LastValue, LastValueAfterFinish, EphemeralValue, AnyValue, UntrackedValue)
 _STEP_SENSITIVE_CHANNELS = (EphemeralValue,)
 _DEFAULT_RECURSION_LIMIT = 9_999
-CHAIN_NAME = "MiddlewareChain"
 
 
 class FusionContractError(RuntimeError):
@@ -156,11 +170,19 @@ def compose_chain(
     *,
     state_schema: type[Any],
     config: RunnableConfig | None = None,
+    tools: Sequence[Any] = (),
 ) -> list[AgentMiddleware[Any, Any]]:
-    """The middleware list for ``create_agent``: fused unless tracing or the switch says no."""
+    """The middleware list for ``create_agent(model, tools, ...)``.
+
+    Fused (with ``after_model`` folding when the agent will have a tool node)
+    unless tracing could be on or the operator switched fusion off.
+    """
     if not fusion_enabled() or tracing_possible(config):
         return list(chain)
-    return fuse_middlewares(chain, state_schema=state_schema)
+    has_tool_node = bool(tools) or any(
+        getattr(m, "tools", None) or _has_hook(m, "wrap_tool_call") for m in chain
+    )
+    return fuse_middlewares(chain, state_schema=state_schema, fold_after_model=has_tool_node)
 
 
 def _overrides(middleware: AgentMiddleware[Any, Any], name: str) -> bool:
@@ -186,24 +208,281 @@ def _merged_schema(schemas: Sequence[type[Any]], name: str) -> type[Any]:
     return cast("type[Any]", TypedDict(name, annotations))  # type: ignore[operator]
 
 
-def _channels_for(schema: type[Any]) -> dict[str, BaseChannel]:
-    return dict(StateGraph(schema).channels)
+# --- running a sequence of lifecycle hooks inside one node --------------------
+
+
+@dataclass(frozen=True)
+class _Member:
+    middleware: AgentMiddleware[Any, Any]
+    jumps: tuple[str, ...]
+    sync: Callable[..., Any] | None
+    async_: Callable[..., Awaitable[Any]] | None
+    is_loop_entry: bool
+    is_loop_exit: bool
+
+    @property
+    def label(self) -> str:
+        return self.middleware.name
+
+
+@dataclass(frozen=True)
+class _GroupSpec:
+    hook: str
+    members: tuple[_Member, ...]  # in execution order
+    channels: dict[str, BaseChannel]
+    sensitive: tuple[str, ...]  # keys whose channel clears on a step without a write
+    restarts_on: str | None  # the jump that targets this group's first hook, if any
+
+
+def _resolve(value: Any) -> str | None:
+    return value if value in ("model", "end", "tools") else None
+
+
+class _Simulation:
+    """LangGraph's superstep rules, replayed in memory over one node's input state."""
+
+    __slots__ = ("channels", "log", "protos", "sensitive", "values")
+
+    def __init__(
+        self, protos: dict[str, BaseChannel], sensitive: tuple[str, ...], state: dict[str, Any]
+    ) -> None:
+        self.protos = protos
+        self.sensitive = sensitive
+        self.values = dict(state)
+        self.channels: dict[str, BaseChannel] = {}
+        self.log: list[list[tuple[str, Any]]] = []
+
+    def _channel(self, key: str) -> BaseChannel:
+        channel = self.channels.get(key)
+        if channel is None:
+            proto = self.protos[key]
+            channel = (
+                proto.from_checkpoint(self.values[key]) if key in self.values else proto.copy()
+            )
+            self.channels[key] = channel
+        return channel
+
+    def _refresh(self, key: str, channel: BaseChannel) -> None:
+        try:
+            self.values[key] = channel.get()
+        except EmptyChannelError:
+            self.values.pop(key, None)
+
+    def step(self, writes: list[tuple[str, Any]]) -> None:
+        """Apply one superstep's writes, then clear what clears on an unwritten step."""
+        grouped: dict[str, list[Any]] = {}
+        if writes:
+            for key, value in writes:
+                grouped.setdefault(key, []).append(value)
+            for key, values in grouped.items():
+                channel = self._channel(key)
+                channel.update(values)
+                self._refresh(key, channel)
+            self.log.append(writes)
+        for key in self.sensitive:
+            if key not in grouped and key in self.values:
+                channel = self._channel(key)
+                if channel.update([]):
+                    self._refresh(key, channel)
+
+    def output(self, start: int = 0) -> dict[str, Any] | list[Command[Any]] | None:
+        """Writes that, applied in one superstep, give the simulated channel values.
+
+        Only the steps from ``start`` on are emitted (earlier ones are written by
+        someone else in the same superstep). Reducer channels get each write, in
+        order, or one ``Overwrite`` of the final value when an overwrite is among
+        several; last-value channels get their final value once.
+        """
+        log = self.log[start:]
+        per_key: dict[str, list[Any]] = {}
+        for writes in log:
+            for key, value in writes:
+                per_key.setdefault(key, []).append(value)
+        if not per_key:
+            return None
+        final: dict[str, Any] = {}
+        raw_keys: set[str] = set()
+        for key, values in per_key.items():
+            proto = self.protos[key]
+            if len(values) == 1 and not isinstance(proto, _FINAL_VALUE_CHANNELS):
+                raw_keys.add(key)
+            elif isinstance(proto, _REDUCER_CHANNELS):
+                if any(isinstance(v, Overwrite) for v in values):
+                    final[key] = Overwrite(self.values.get(key))
+                else:
+                    raw_keys.add(key)
+            elif isinstance(proto, _FINAL_VALUE_CHANNELS):
+                if key in self.values:
+                    final[key] = self.values[key]
+            else:
+                raw_keys.add(key)
+        if all(len(per_key[k]) == 1 for k in raw_keys):
+            merged = {k: per_key[k][0] for k in raw_keys}
+            merged.update(final)
+            return merged or None
+        commands: list[Command[Any]] = []
+        for writes in log:
+            own = [(k, v) for k, v in writes if k in raw_keys]
+            if not own:
+                continue
+            keys = [k for k, _ in own]
+            update: Any = dict(own) if len(set(keys)) == len(keys) else own
+            commands.append(Command(update=update))
+        if final:
+            commands.append(Command(update=final))
+        return commands
+
+
+def _writes(spec: _GroupSpec, member: _Member, result: Any) -> list[tuple[str, Any]]:
+    """A hook's return value as channel writes, the way a node's return is read."""
+    if result is None:
+        return []
+    keys = spec.channels
+    if isinstance(result, dict):
+        return [(k, v) for k, v in result.items() if k in keys]
+    items = result if isinstance(result, (list, tuple)) else [result]
+    if items and all(isinstance(i, (Command, dict)) for i in items):
+        writes: list[tuple[str, Any]] = []
+        for item in items:
+            if isinstance(item, dict):
+                writes.extend((k, v) for k, v in item.items() if k in keys)
+                continue
+            if item.goto or item.graph is not None or item.resume is not None:
+                raise FusionContractError(
+                    f"{member.label}.{spec.hook} returned a Command with goto, graph or resume, "
+                    f"which a fused hook cannot honour; set `{FUSABLE_ATTRIBUTE} = False` "
+                    f"on {type(member.middleware).__name__}"
+                )
+            writes.extend((k, v) for k, v in item._update_as_tuples() if k in keys)
+        return writes
+    raise InvalidUpdateError(f"Expected dict, got {result}")
+
+
+def _naive_destination(member: _Member, target: str) -> str:
+    if target == "model" and member.is_loop_entry:
+        return f"{member.label}.before_model"
+    return target
+
+
+def _decide(spec: _GroupSpec, member: _Member, writes: list[tuple[str, Any]]) -> str | None:
+    """``"exit"``, ``"restart"`` or None (go on), as the naive edge after ``member``."""
+    written = [v for k, v in writes if k == "jump_to"]
+    target = _resolve(written[-1]) if written else None
+    if target is None:
+        return None
+    if member.is_loop_exit:
+        return "exit"
+    if not member.jumps:
+        return None
+    allowed = target in member.jumps and not (target == "model" and member.is_loop_entry)
+    if not allowed:
+        raise KeyError(_naive_destination(member, target))
+    return "restart" if target == spec.restarts_on else "exit"
+
+
+def _recursion_limit() -> int:
+    try:
+        return int(get_config().get("recursion_limit", _DEFAULT_RECURSION_LIMIT))
+    except RuntimeError:
+        return _DEFAULT_RECURSION_LIMIT
+
+
+def _next(
+    spec: _GroupSpec, index: int, member: _Member, writes: list[tuple[str, Any]], steps: int
+) -> int | None:
+    """The next member index, or None when the sequence is done."""
+    if writes:
+        decision = _decide(spec, member, writes)
+        if decision == "exit":
+            return None
+        if decision == "restart":
+            limit = _recursion_limit()
+            if steps >= limit:
+                raise GraphRecursionError(f"Recursion limit of {limit} reached in {spec.hook}")
+            return 0
+    return index + 1 if index + 1 < len(spec.members) else None
+
+
+def _traced(spec: _GroupSpec, member: _Member, function: Callable[..., Any]) -> Callable[..., Any]:
+    name = f"{member.label}.{spec.hook}"
+    return cast("Callable[..., Any]", traceable(name=name, run_type="chain")(function))
+
+
+def _warn_interrupt(spec: _GroupSpec, member: _Member) -> None:
+    logger.warning(
+        "%s.%s interrupted inside a fused node; fused hooks must not interrupt "
+        "(set `%s = False` on the class to give it its own nodes)",
+        member.label,
+        spec.hook,
+        FUSABLE_ATTRIBUTE,
+    )
+
+
+def _run_sync(spec: _GroupSpec, simulation: _Simulation, runtime: Any) -> None:
+    tracing = _tracing_now()
+    steps = 0
+    index: int | None = 0
+    while index is not None:
+        member = spec.members[index]
+        if member.sync is None:
+            raise TypeError(f'No synchronous function provided to "{member.label}.{spec.hook}".')
+        function = _traced(spec, member, member.sync) if tracing else member.sync
+        try:
+            result = function(dict(simulation.values), runtime)
+        except GraphBubbleUp:
+            _warn_interrupt(spec, member)
+            raise
+        writes = _writes(spec, member, result)
+        simulation.step(writes)
+        steps += 1
+        index = _next(spec, index, member, writes, steps)
+
+
+async def _run_async(spec: _GroupSpec, simulation: _Simulation, runtime: Any) -> None:
+    tracing = _tracing_now()
+    steps = 0
+    index: int | None = 0
+    while index is not None:
+        member = spec.members[index]
+        try:
+            if member.async_ is not None:
+                function: Callable[..., Any] = member.async_
+                if tracing:
+                    function = _traced(spec, member, function)
+                result = await function(dict(simulation.values), runtime)
+            else:
+                assert member.sync is not None
+                function = _traced(spec, member, member.sync) if tracing else member.sync
+                result = function(dict(simulation.values), runtime)
+        except GraphBubbleUp:
+            _warn_interrupt(spec, member)
+            raise
+        writes = _writes(spec, member, result)
+        simulation.step(writes)
+        steps += 1
+        index = _next(spec, index, member, writes, steps)
 
 
 # --- the composite wrap middleware -------------------------------------------
 
 
+def _command_writes(command: Command[Any]) -> list[tuple[str, Any]]:
+    return list(command._update_as_tuples())
+
+
 class _ChainWrapsBase(AgentMiddleware[Any, Any, Any]):
-    """Carries the whole chain's wrap hooks, tools, state schema and transformers."""
+    """The whole chain's wrap hooks, tools, state schema, transformers (and folded after_model)."""
 
     def __init__(
         self,
         members: Sequence[AgentMiddleware[Any, Any]],
         state_schema: type[Any],
+        after_model: _GroupSpec | None = None,
     ) -> None:
         super().__init__()
         self.members = tuple(members)
         self.state_schema = state_schema
+        self.folded_after_model = after_model
         self.tools = [tool for m in members for tool in getattr(m, "tools", ())]
         self.transformers = tuple(t for m in members for t in getattr(m, "transformers", ()))
         model = [m for m in members if _has_hook(m, "wrap_model_call")]
@@ -221,7 +500,7 @@ class _ChainWrapsBase(AgentMiddleware[Any, Any, Any]):
         return CHAIN_NAME
 
     @functools.cached_property
-    def _traced(self) -> dict[str, Any]:
+    def _traced_chains(self) -> dict[str, Any]:
         """The naive composition, each hook in its own span (used only while tracing)."""
 
         def traced(m: AgentMiddleware[Any, Any], attr: str) -> Any:
@@ -237,32 +516,93 @@ class _ChainWrapsBase(AgentMiddleware[Any, Any, Any]):
             "atool": _chain_async_tool_call_wrappers([traced(m, "awrap_tool_call") for m in tool]),
         }
 
+    def _chain(self, key: str) -> Any:
+        return self._traced_chains[key] if _tracing_now() else getattr(self, f"_{key}")
+
+    # -- folding after_model into the model node --
+
+    def _node_writes(
+        self, request: Any, composed: Any
+    ) -> tuple[Any, list[Command[Any]], _Simulation, int]:
+        """The model node's own writes, simulated, as create_agent will emit them."""
+        assert self.folded_after_model is not None
+        if isinstance(composed, _ComposedExtendedModelResponse):
+            response, inner = composed.model_response, list(composed.commands)
+        else:
+            response, inner = _normalize_to_model_response(composed), []
+        state = request.state
+        repaired = request.messages if request.messages != state["messages"] else None
+        node = _build_commands(response, inner, repaired_messages=repaired)
+        spec = self.folded_after_model
+        simulation = _Simulation(spec.channels, spec.sensitive, state)
+        simulation.step([w for command in node for w in _command_writes(command)])
+        return response, inner, simulation, len(simulation.log)
+
+    @staticmethod
+    def _folded(
+        response: Any, inner: list[Command[Any]], simulation: _Simulation, mark: int
+    ) -> Any:
+        """create_agent emits the answer first; ours follow: inner commands, then the hooks'."""
+        own = _Simulation(simulation.protos, simulation.sensitive, {})
+        own.values = simulation.values
+        own.log = [_command_writes(c) for c in inner] + simulation.log[mark:]
+        extra = own.output()
+        if extra is None:
+            commands: list[Command[Any]] = []
+        elif isinstance(extra, dict):
+            commands = [Command(update=extra)]
+        else:
+            commands = extra
+        return _ComposedExtendedModelResponse(model_response=response, commands=commands)
+
+    def fold_sync(self, request: Any, handler: Any) -> Any:
+        composed = self._chain("model")(request, handler) if self._model else handler(request)
+        response, inner, simulation, mark = self._node_writes(request, composed)
+        assert self.folded_after_model is not None
+        _run_sync(self.folded_after_model, simulation, request.runtime)
+        return self._folded(response, inner, simulation, mark)
+
+    async def fold_async(self, request: Any, handler: Any) -> Any:
+        if self._amodel:
+            composed = await self._chain("amodel")(request, handler)
+        else:
+            composed = await handler(request)
+        response, inner, simulation, mark = self._node_writes(request, composed)
+        assert self.folded_after_model is not None
+        await _run_async(self.folded_after_model, simulation, request.runtime)
+        return self._folded(response, inner, simulation, mark)
+
 
 def _wrap_model_call(self: _ChainWrapsBase, request: Any, handler: Any) -> Any:
-    composed = self._traced["model"] if _tracing_now() else self._model
-    return composed(request, handler)
+    if self.folded_after_model is not None:
+        return self.fold_sync(request, handler)
+    return self._chain("model")(request, handler)
 
 
 def _awrap_model_call(self: _ChainWrapsBase, request: Any, handler: Any) -> Awaitable[Any]:
     # A plain function returning the coroutine: create_agent's span wrapper then
-    # takes its synchronous path, which costs nothing when tracing is off.
-    composed = self._traced["amodel"] if _tracing_now() else self._amodel
-    return cast("Awaitable[Any]", composed(request, handler))
+    # takes its synchronous path, which costs little when tracing is off.
+    if self.folded_after_model is not None:
+        return self.fold_async(request, handler)
+    return cast("Awaitable[Any]", self._chain("amodel")(request, handler))
 
 
 def _wrap_tool_call(self: _ChainWrapsBase, request: Any, handler: Any) -> Any:
-    composed = self._traced["tool"] if _tracing_now() else self._tool
-    return composed(request, handler)
+    return self._chain("tool")(request, handler)
 
 
 def _awrap_tool_call(self: _ChainWrapsBase, request: Any, handler: Any) -> Awaitable[Any]:
-    composed = self._traced["atool"] if _tracing_now() else self._atool
-    return cast("Awaitable[Any]", composed(request, handler))
+    return cast("Awaitable[Any]", self._chain("atool")(request, handler))
+
+
+for _function in (_wrap_model_call, _awrap_model_call, _wrap_tool_call, _awrap_tool_call):
+    # traceable inspects the signature on every call; a precomputed one halves its cost.
+    cast(Any, _function).__signature__ = inspect.signature(_function)
 
 
 @functools.cache
 def _wraps_class(with_model: bool, with_tool: bool) -> type[_ChainWrapsBase]:
-    """A subclass overriding exactly the wrap families some member has (create_agent checks)."""
+    """A subclass overriding exactly the wrap families needed (create_agent checks)."""
     namespace: dict[str, Any] = {}
     if with_model:
         namespace["wrap_model_call"] = _wrap_model_call
@@ -270,7 +610,7 @@ def _wraps_class(with_model: bool, with_tool: bool) -> type[_ChainWrapsBase]:
     if with_tool:
         namespace["wrap_tool_call"] = _wrap_tool_call
         namespace["awrap_tool_call"] = _awrap_tool_call
-    return type("MiddlewareChain", (_ChainWrapsBase,), namespace)
+    return type(CHAIN_NAME, (_ChainWrapsBase,), namespace)
 
 
 # --- non-fusable members: their own nodes, without their wrap hooks ----------
@@ -332,117 +672,6 @@ def _lifecycle_proxy(inner: AgentMiddleware[Any, Any]) -> AgentMiddleware[Any, A
 # --- fused lifecycle groups ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Member:
-    middleware: AgentMiddleware[Any, Any]
-    jumps: tuple[str, ...]
-    sync: Callable[..., Any] | None
-    async_: Callable[..., Awaitable[Any]] | None
-    is_loop_entry: bool
-    is_loop_exit: bool
-
-    @property
-    def label(self) -> str:
-        return self.middleware.name
-
-
-@dataclass(frozen=True)
-class _GroupSpec:
-    hook: str
-    members: tuple[_Member, ...]  # in execution order
-    channels: dict[str, BaseChannel]
-    restarts_on: str | None  # the jump that targets this group's first hook, if any
-
-
-def _resolve(value: Any) -> str | None:
-    return value if value in ("model", "end", "tools") else None
-
-
-class _Simulation:
-    """LangGraph's superstep rules, replayed in memory over one node's input state."""
-
-    __slots__ = ("channels", "log", "protos", "values")
-
-    def __init__(self, protos: dict[str, BaseChannel], state: dict[str, Any]) -> None:
-        self.protos = protos
-        self.values = dict(state)
-        self.channels: dict[str, BaseChannel] = {}
-        self.log: list[list[tuple[str, Any]]] = []
-
-    def _channel(self, key: str) -> BaseChannel:
-        channel = self.channels.get(key)
-        if channel is None:
-            proto = self.protos[key]
-            channel = (
-                proto.from_checkpoint(self.values[key]) if key in self.values else proto.copy()
-            )
-            self.channels[key] = channel
-        return channel
-
-    def _refresh(self, key: str, channel: BaseChannel) -> None:
-        try:
-            self.values[key] = channel.get()
-        except EmptyChannelError:
-            self.values.pop(key, None)
-
-    def step(self, writes: list[tuple[str, Any]]) -> None:
-        grouped: dict[str, list[Any]] = {}
-        for key, value in writes:
-            grouped.setdefault(key, []).append(value)
-        for key, values in grouped.items():
-            channel = self._channel(key)
-            channel.update(values)
-            self._refresh(key, channel)
-        for key, proto in self.protos.items():
-            if key in grouped or not isinstance(proto, _STEP_SENSITIVE_CHANNELS):
-                continue
-            if key in self.values or key in self.channels:
-                channel = self._channel(key)
-                if channel.update([]):
-                    self._refresh(key, channel)
-        self.log.append(writes)
-
-    def output(self) -> dict[str, Any] | list[Command[Any]] | None:
-        """Writes that, applied in one superstep, give the simulated channel values."""
-        per_key: dict[str, list[Any]] = {}
-        for writes in self.log:
-            for key, value in writes:
-                per_key.setdefault(key, []).append(value)
-        if not per_key:
-            return None
-        final: dict[str, Any] = {}
-        raw_keys: set[str] = set()
-        for key, values in per_key.items():
-            proto = self.protos[key]
-            if len(values) == 1 and not isinstance(proto, _FINAL_VALUE_CHANNELS):
-                raw_keys.add(key)
-            elif isinstance(proto, _REDUCER_CHANNELS):
-                if any(isinstance(v, Overwrite) for v in values):
-                    final[key] = Overwrite(self.values.get(key))
-                else:
-                    raw_keys.add(key)
-            elif isinstance(proto, _FINAL_VALUE_CHANNELS):
-                if key in self.values:
-                    final[key] = self.values[key]
-            else:
-                raw_keys.add(key)
-        if all(len(per_key[k]) == 1 for k in raw_keys):
-            merged = {k: per_key[k][0] for k in raw_keys}
-            merged.update(final)
-            return merged or None
-        commands: list[Command[Any]] = []
-        for writes in self.log:
-            own = [(k, v) for k, v in writes if k in raw_keys]
-            if not own:
-                continue
-            keys = [k for k, _ in own]
-            update: Any = dict(own) if len(set(keys)) == len(keys) else own
-            commands.append(Command(update=update))
-        if final:
-            commands.append(Command(update=final))
-        return commands
-
-
 class _FusedGroupBase(AgentMiddleware[Any, Any, Any]):
     """Consecutive fusable lifecycle hooks, one graph node per family it implements.
 
@@ -457,7 +686,6 @@ class _FusedGroupBase(AgentMiddleware[Any, Any, Any]):
         self.specs = specs
         self._name = name
         self.tools = []
-        self._keys = frozenset(next(iter(specs.values())).channels)
 
     @property
     def name(self) -> str:
@@ -471,164 +699,25 @@ class _FusedGroupBase(AgentMiddleware[Any, Any, Any]):
                 seen.setdefault(id(member.middleware), member.middleware)
         return tuple(seen.values())
 
-    def _writes(self, hook: str, member: _Member, result: Any) -> list[tuple[str, Any]]:
-        if result is None:
-            return []
-        if isinstance(result, dict):
-            return [(k, v) for k, v in result.items() if k in self._keys]
-        items = result if isinstance(result, (list, tuple)) else [result]
-        if items and all(isinstance(i, (Command, dict)) for i in items):
-            writes: list[tuple[str, Any]] = []
-            for item in items:
-                if isinstance(item, dict):
-                    writes.extend((k, v) for k, v in item.items() if k in self._keys)
-                    continue
-                if item.goto or item.graph is not None or item.resume is not None:
-                    raise FusionContractError(
-                        f"{member.label}.{hook} returned a Command with goto, graph or resume, "
-                        f"which a fused hook cannot honour; set `{FUSABLE_ATTRIBUTE} = False` "
-                        f"on {type(member.middleware).__name__}"
-                    )
-                writes.extend((k, v) for k, v in item._update_as_tuples() if k in self._keys)
-            return writes
-        raise InvalidUpdateError(f"Expected dict, got {result}")
-
-    def _decide(
-        self, spec: _GroupSpec, index: int, member: _Member, writes: list[tuple[str, Any]]
-    ) -> str | None:
-        """``"exit"``, ``"restart"`` or None (go on), as the naive edge after ``member``."""
-        written = [v for k, v in writes if k == "jump_to"]
-        target = _resolve(written[-1]) if written else None
-        if target is None:
-            return None
-        if member.is_loop_exit:
-            return "exit"
-        if not member.jumps:
-            return None
-        allowed = target in member.jumps and not (target == "model" and member.is_loop_entry)
-        if not allowed:
-            raise KeyError(_naive_destination(spec, index, target))
-        return "restart" if target == spec.restarts_on else "exit"
-
-    @staticmethod
-    def _limit() -> int:
-        try:
-            return int(get_config().get("recursion_limit", _DEFAULT_RECURSION_LIMIT))
-        except RuntimeError:
-            return _DEFAULT_RECURSION_LIMIT
-
-    @staticmethod
-    def _traced(hook: str, member: _Member, function: Callable[..., Any]) -> Callable[..., Any]:
-        return cast(
-            "Callable[..., Any]",
-            traceable(name=f"{member.label}.{hook}", run_type="chain")(function),
-        )
-
-    def _advance(
-        self,
-        spec: _GroupSpec,
-        index: int,
-        member: _Member,
-        writes: list[tuple[str, Any]],
-        steps: int,
-    ) -> int | None:
-        """The next member index, or None when the group is done."""
-        decision = self._decide(spec, index, member, writes)
-        if decision == "exit":
-            return None
-        if decision == "restart":
-            limit = self._limit()
-            if steps >= limit:
-                raise GraphRecursionError(f"Recursion limit of {limit} reached in {self.name}")
-            return 0
-        return index + 1 if index + 1 < len(spec.members) else None
-
-    def _run_sync(self, hook: str, state: dict[str, Any], runtime: Any) -> Any:
+    def run_sync(self, hook: str, state: dict[str, Any], runtime: Any) -> Any:
         spec = self.specs[hook]
-        simulation = _Simulation(spec.channels, state)
-        tracing = _tracing_now()
-        steps = 0
-        index: int | None = 0
-        while index is not None:
-            member = spec.members[index]
-            if member.sync is None:
-                raise TypeError(f'No synchronous function provided to "{member.label}.{hook}".')
-            function = self._traced(hook, member, member.sync) if tracing else member.sync
-            result = _call_guarded(member, hook, function, simulation, runtime)
-            writes = self._writes(hook, member, result)
-            simulation.step(writes)
-            steps += 1
-            index = self._advance(spec, index, member, writes, steps)
+        simulation = _Simulation(spec.channels, spec.sensitive, state)
+        _run_sync(spec, simulation, runtime)
         return simulation.output()
 
-    async def _run_async(self, hook: str, state: dict[str, Any], runtime: Any) -> Any:
+    async def run_async(self, hook: str, state: dict[str, Any], runtime: Any) -> Any:
         spec = self.specs[hook]
-        simulation = _Simulation(spec.channels, state)
-        tracing = _tracing_now()
-        steps = 0
-        index: int | None = 0
-        while index is not None:
-            member = spec.members[index]
-            if member.async_ is not None:
-                function: Callable[..., Any] = member.async_
-                if tracing:
-                    function = self._traced(hook, member, function)
-                result = await _acall_guarded(member, hook, function, simulation, runtime)
-            else:
-                assert member.sync is not None
-                function = self._traced(hook, member, member.sync) if tracing else member.sync
-                result = _call_guarded(member, hook, function, simulation, runtime)
-            writes = self._writes(hook, member, result)
-            simulation.step(writes)
-            steps += 1
-            index = self._advance(spec, index, member, writes, steps)
+        simulation = _Simulation(spec.channels, spec.sensitive, state)
+        await _run_async(spec, simulation, runtime)
         return simulation.output()
-
-
-def _warn_interrupt(member: _Member, hook: str) -> None:
-    logger.warning(
-        "%s.%s interrupted inside a fused node; fused hooks must not interrupt "
-        "(set `%s = False` on the class to give it its own nodes)",
-        member.label,
-        hook,
-        FUSABLE_ATTRIBUTE,
-    )
-
-
-def _call_guarded(
-    member: _Member, hook: str, function: Callable[..., Any], simulation: _Simulation, runtime: Any
-) -> Any:
-    try:
-        return function(dict(simulation.values), runtime)
-    except GraphBubbleUp:
-        _warn_interrupt(member, hook)
-        raise
-
-
-async def _acall_guarded(
-    member: _Member, hook: str, function: Callable[..., Any], simulation: _Simulation, runtime: Any
-) -> Any:
-    try:
-        return await function(dict(simulation.values), runtime)
-    except GraphBubbleUp:
-        _warn_interrupt(member, hook)
-        raise
-
-
-def _naive_destination(spec: _GroupSpec, index: int, target: str) -> str:
-    if target == "tools":
-        return "tools"
-    if target == "model" and spec.members[index].is_loop_entry:
-        return f"{spec.members[index].label}.before_model"
-    return target
 
 
 def _group_methods(hook: str, jumps: tuple[str, ...]) -> dict[str, Any]:
     def sync_hook(self: _FusedGroupBase, state: Any, runtime: Any) -> Any:
-        return self._run_sync(hook, state, runtime)
+        return self.run_sync(hook, state, runtime)
 
     async def async_hook(self: _FusedGroupBase, state: Any, runtime: Any) -> Any:
-        return await self._run_async(hook, state, runtime)
+        return await self.run_async(hook, state, runtime)
 
     sync_hook.__name__ = hook
     async_hook.__name__ = f"a{hook}"
@@ -655,7 +744,7 @@ def _execution_order(hook: str, items: list[Any]) -> list[Any]:
     return items if hook in _BEFORE else list(reversed(items))
 
 
-def _split_groups(hook: str, run: list[_Member]) -> list[list[_Member]]:
+def _split_groups(run: list[_Member]) -> list[list[_Member]]:
     """Trailing undeclared hooks get their own group: only declared jumps may route."""
     if not run:
         return []
@@ -671,55 +760,74 @@ def fuse_middlewares(
     chain: Sequence[AgentMiddleware[Any, Any]],
     *,
     state_schema: type[Any],
+    fold_after_model: bool = False,
 ) -> list[AgentMiddleware[Any, Any]]:
-    """The fused equivalent of ``chain`` for ``create_agent(..., state_schema=state_schema)``."""
+    """The fused equivalent of ``chain`` for ``create_agent(..., state_schema=state_schema)``.
+
+    ``fold_after_model`` may only be set when the agent has a tool node (tools,
+    middleware tools or a ``wrap_tool_call`` hook): without one, create_agent
+    routes the model node straight to the end and ignores ``jump_to``.
+    """
     chain = list(chain)
     if not chain:
         return []
     if len({m.name for m in chain}) != len(chain):
         raise AssertionError("Please remove duplicate middleware instances.")
     member_schema = _merged_schema([m.state_schema for m in chain], "ChainState")
-    channels = _channels_for(_merged_schema([member_schema, state_schema], "FusedState"))
-    wraps_cls = _wraps_class(
-        any(_has_hook(m, "wrap_model_call") for m in chain),
-        any(_has_hook(m, "wrap_tool_call") for m in chain),
+    channels = dict(
+        StateGraph(_merged_schema([member_schema, state_schema], "FusedState")).channels
     )
-    wraps = wraps_cls(chain, member_schema)
+    sensitive = tuple(k for k, c in channels.items() if isinstance(c, _STEP_SENSITIVE_CHANNELS))
 
     fusable = {id(m): is_fusable(m) for m in chain}
+    after_model = [m for m in chain if _has_hook(m, "after_model")]
+    fold = fold_after_model and bool(after_model) and all(fusable[id(m)] for m in after_model)
     proxies = {
         id(m): _lifecycle_proxy(m)
         for m in chain
         if not fusable[id(m)] and any(_has_hook(m, h) for h in LIFECYCLE_HOOKS)
     }
     first_before_model = next((m for m in chain if _has_hook(m, "before_model")), None)
-    first_after_model = next((m for m in chain if _has_hook(m, "after_model")), None)
+    first_after_model = after_model[0] if after_model else None
     first_exec_after_agent = next((m for m in reversed(chain) if _has_hook(m, "after_agent")), None)
+
+    def member(m: AgentMiddleware[Any, Any], hook: str) -> _Member:
+        return _Member(
+            middleware=m,
+            jumps=tuple(_get_can_jump_to(m, hook)),
+            sync=getattr(m, hook) if _overrides(m, hook) else None,
+            async_=getattr(m, f"a{hook}") if _overrides(m, f"a{hook}") else None,
+            is_loop_entry=hook == "before_model" and m is first_before_model,
+            is_loop_exit=hook == "after_model" and m is first_after_model,
+        )
+
+    folded = None
+    if fold:
+        members = tuple(member(m, "after_model") for m in reversed(after_model))
+        folded = _GroupSpec("after_model", members, channels, sensitive, None)
+    wraps_cls = _wraps_class(
+        fold or any(_has_hook(m, "wrap_model_call") for m in chain),
+        any(_has_hook(m, "wrap_tool_call") for m in chain),
+    )
+    wraps = wraps_cls(chain, member_schema, folded)
 
     # Per anchor (the proxy a group follows in registration order; None = before
     # any), the fused groups to place there: (family, member key, spec).
     buckets: dict[int | None, list[tuple[str, tuple[int, ...], _GroupSpec]]] = {}
     for hook in LIFECYCLE_HOOKS:
+        if hook == "after_model" and fold:
+            continue
         participants = [m for m in chain if _has_hook(m, hook)]
         units: list[tuple[str, Any]] = []  # execution order: ("proxy", m) | ("group", members)
         run: list[_Member] = []
         for m in _execution_order(hook, participants):
             if not fusable[id(m)]:
-                units.extend(("group", g) for g in _split_groups(hook, run))
+                units.extend(("group", g) for g in _split_groups(run))
                 run = []
                 units.append(("proxy", m))
                 continue
-            run.append(
-                _Member(
-                    middleware=m,
-                    jumps=tuple(_get_can_jump_to(m, hook)),
-                    sync=getattr(m, hook) if _overrides(m, hook) else None,
-                    async_=getattr(m, f"a{hook}") if _overrides(m, f"a{hook}") else None,
-                    is_loop_entry=hook == "before_model" and m is first_before_model,
-                    is_loop_exit=hook == "after_model" and m is first_after_model,
-                )
-            )
-        units.extend(("group", g) for g in _split_groups(hook, run))
+            run.append(member(m, hook))
+        units.extend(("group", g) for g in _split_groups(run))
         anchor: int | None = None
         for kind, value in units if hook in _BEFORE else list(reversed(units)):
             if kind == "proxy":
@@ -732,7 +840,7 @@ def fuse_middlewares(
             elif hook == "after_agent" and members[0].middleware is first_exec_after_agent:
                 restarts_on = "end"
             key = tuple(sorted(id(m.middleware) for m in members))
-            spec = _GroupSpec(hook, members, channels, restarts_on)
+            spec = _GroupSpec(hook, members, channels, sensitive, restarts_on)
             buckets.setdefault(anchor, []).append((hook, key, spec))
 
     position = {id(m): i for i, m in enumerate(chain)}
@@ -758,8 +866,7 @@ def fuse_middlewares(
                 target[hook] = spec
         for key, specs in slots:
             ordered = sorted(key, key=position.__getitem__)
-            labels = [chain[position[k]].name for k in ordered]
-            name = "+".join(labels)
+            name = "+".join(chain[position[k]].name for k in ordered)
             if name in used_names:
                 suffix = 2
                 while f"{name}~{suffix}" in used_names:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, NotRequired, cast
 
 import pytest
 from langchain.agents import AgentState, create_agent
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, ExtendedModelResponse
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
@@ -22,6 +22,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.graph import END
 from langgraph.types import Command, interrupt
+from langsmith import Client
+from langsmith.run_helpers import tracing_context
 from langsmith.utils import get_env_var
 
 from middlewares._fusion import (
@@ -43,6 +45,12 @@ Build = Callable[[list[str]], list[AgentMiddleware[Any, Any]]]
 class CounterState(AgentState[Any]):
     counter: NotRequired[int]
     notes: NotRequired[Annotated[list[str], operator.add]]
+
+
+@tool("echo")
+def sync_echo(text: str) -> str:
+    """Return the text unchanged (the synchronous twin of the test tool)."""
+    return f"echo: {text}"
 
 
 @tool
@@ -137,16 +145,14 @@ async def compare(
     schema: type[Any] = ThreadState,
     sync: bool = False,
     recursion_limit: int | None = None,
+    expect_error: bool = False,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Run naive and fused; assert equal outcomes and logs; return them."""
+    """Run naive and fused (with and without folding); assert equal outcomes and logs."""
     steps = steps or [{"messages": [HumanMessage("go")]}]
-    tools = [echo] if tools is None else tools
+    tools = ([sync_echo] if sync else [echo]) if tools is None else tools
     naive_log: list[str] = []
-    fused_log: list[str] = []
-    naive_chain = build(naive_log)
-    fused_chain = fuse_middlewares(build(fused_log), state_schema=schema)
     naive = await _run(
-        naive_chain,
+        build(naive_log),
         script,
         steps,
         tools=tools,
@@ -154,17 +160,21 @@ async def compare(
         sync=sync,
         recursion_limit=recursion_limit,
     )
-    fused = await _run(
-        fused_chain,
-        script,
-        steps,
-        tools=tools,
-        schema=schema,
-        sync=sync,
-        recursion_limit=recursion_limit,
-    )
-    assert fused == naive
-    assert fused_log == naive_log
+    for fold in (False, True):
+        fused_log: list[str] = []
+        chain = fuse_middlewares(build(fused_log), state_schema=schema, fold_after_model=fold)
+        fused = await _run(
+            chain,
+            script,
+            steps,
+            tools=tools,
+            schema=schema,
+            sync=sync,
+            recursion_limit=recursion_limit,
+        )
+        assert fused == naive, f"fold_after_model={fold}"
+        assert fused_log == naive_log, f"fold_after_model={fold}"
+    assert expect_error == any("error" in outcome for outcome in naive), naive
     return naive, naive_log
 
 
@@ -368,7 +378,7 @@ async def test_jump_to_an_undeclared_destination_fails_as_in_the_naive_graph() -
             ),
         ]
 
-    outcomes, _ = await compare(build, TWO_TOOL_STEPS)
+    outcomes, _ = await compare(build, TWO_TOOL_STEPS, expect_error=True)
     assert outcomes == [{"error": "KeyError"}]
 
 
@@ -384,7 +394,7 @@ async def test_loop_entry_jumping_to_itself_fails_as_in_the_naive_graph() -> Non
             probe("B", log),
         ]
 
-    outcomes, _ = await compare(build, TWO_TOOL_STEPS)
+    outcomes, _ = await compare(build, TWO_TOOL_STEPS, expect_error=True)
     assert outcomes == [{"error": "KeyError"}]
 
 
@@ -577,9 +587,144 @@ def test_duplicate_names_are_rejected_like_create_agent() -> None:
         fuse_middlewares([probe("A", log), probe("A", log)], state_schema=ThreadState)
 
 
+async def test_folded_after_model_sees_wrap_commands_and_repaired_history() -> None:
+    def build(log: list[str]) -> list[AgentMiddleware[Any, Any]]:
+        async def command_wrap(request: Any, handler: Any) -> Any:
+            response = await handler(request)
+            update = {"counter": 100, "notes": ["wrap"]}
+            return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+        def sync_command_wrap(request: Any, handler: Any) -> Any:
+            response = handler(request)
+            update = {"counter": 100, "notes": ["wrap"]}
+            return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+        def after(state: dict[str, Any], n: int) -> Any:
+            log.append(f"after sees counter={state.get('counter')} n={len(state['messages'])}")
+            return {"counter": (state.get("counter") or 0) + 1, "notes": [f"after{n}"]}
+
+        return [
+            probe("A", log, state_schema=CounterState, on={"after_model": after}),
+            probe(
+                "Wrapper",
+                log,
+                state_schema=CounterState,
+                wrap_behaviour={
+                    "wrap_model_call": sync_command_wrap,
+                    "awrap_model_call": command_wrap,
+                },
+            ),
+        ]
+
+    broken = AIMessage(
+        "", invalid_tool_calls=[{"name": "echo", "args": "{oops", "id": "bad_1", "error": "json"}]
+    )
+    steps = [{"messages": [HumanMessage("first"), broken, HumanMessage("go on")]}]
+    for sync in (False, True):
+        outcomes, log = await compare(
+            build,
+            [ai_text("ignored"), *TWO_TOOL_STEPS],
+            steps=steps,
+            schema=CounterState,
+            sync=sync,
+        )
+        assert any(
+            m["content"].startswith("Tool call echo with id bad_1") for m in outcomes[0]["messages"]
+        )
+        assert any(line.startswith("after sees counter=100") for line in log)
+
+
+def test_folding_removes_the_after_model_nodes() -> None:
+    log: list[str] = []
+    chain = [probe("A", log), probe("B", log)]
+    folded = create_agent(
+        _model([]),
+        [echo],
+        middleware=fuse_middlewares(chain, state_schema=ThreadState, fold_after_model=True),
+    )
+    assert not [n for n in folded.nodes if n.endswith(".after_model")]
+    assert "A+B.before_model" in folded.nodes
+    gated = [probe("C", log), probe("D", log, fusable=False)]
+    kept = fuse_middlewares(gated, state_schema=ThreadState, fold_after_model=True)
+    graph = create_agent(_model([]), [echo], middleware=kept)
+    assert {"C.after_model", "D.after_model"} <= set(graph.nodes)  # a non-fusable one stays a node
+
+
 @pytest.mark.parametrize("hook", LIFECYCLE)
 async def test_single_family_chains(hook: str) -> None:
     def build(log: list[str]) -> list[AgentMiddleware[Any, Any]]:
         return [probe(name, log, hooks=(hook,), wraps=()) for name in ("A", "B")]
 
     await compare(build, TWO_TOOL_STEPS)
+
+
+class CaptureClient(Client):
+    """A LangSmith client that keeps runs in memory (no network)."""
+
+    def __init__(self) -> None:
+        super().__init__(api_key="test", api_url="http://127.0.0.1:9", auto_batch_tracing=False)
+        self.captured: dict[str, dict[str, str]] = {}
+
+    def create_run(self, name: str, inputs: Any, run_type: str, *args: Any, **kwargs: Any) -> None:
+        self.captured[str(kwargs.get("id"))] = {
+            "name": name,
+            "parent": str(kwargs.get("parent_run_id")),
+        }
+
+    def update_run(self, run_id: Any, **kwargs: Any) -> None:
+        return None
+
+    def paths(self) -> list[str]:
+        def path(run_id: str) -> str:
+            names = []
+            while run_id in self.captured:
+                names.append(self.captured[run_id]["name"])
+                run_id = self.captured[run_id]["parent"]
+            return "/".join(reversed(names))
+
+        return [path(run_id) for run_id in self.captured]
+
+
+async def test_with_tracing_on_the_agent_is_built_naive_and_every_hook_is_traced(
+    tmp_path: Any,
+) -> None:
+    from graphs._build import build_agent
+    from runtime.config import get_settings
+
+    log: list[str] = []
+    client = CaptureClient()
+    with tracing_context(enabled=True, client=client, project_name="test"):
+        graph = build_agent(
+            get_settings(),
+            {},
+            kind="lead_agent",
+            system_prompt="test",
+            tools=[echo],
+            custom_middlewares=[probe("A", log), probe("B", log)],
+        )
+        assert "A.after_model" in graph.nodes and CHAIN_NAME not in str(list(graph.nodes))
+        await graph.ainvoke({"messages": [HumanMessage("go")]})
+    paths = client.paths()
+    assert any(
+        p.endswith("model/A.awrap_model_call/B.awrap_model_call/ScriptedChatModel") for p in paths
+    )
+    assert any(p.endswith("/A.after_model") for p in paths)
+
+
+async def test_tracing_turned_on_after_a_fused_build_still_traces_each_member() -> None:
+    log: list[str] = []
+    chain = fuse_middlewares(
+        [probe("A", log), probe("B", log)], state_schema=ThreadState, fold_after_model=True
+    )
+    graph = create_agent(_model(TWO_TOOL_STEPS), [echo], middleware=chain)
+    client = CaptureClient()
+    with tracing_context(enabled=True, client=client, project_name="test"):
+        await graph.ainvoke({"messages": [HumanMessage("go")]})
+    paths = client.paths()
+    for expected in (
+        "model/A.awrap_model_call/B.awrap_model_call/ScriptedChatModel",
+        "tools/A.awrap_tool_call/B.awrap_tool_call",
+        "A+B.before_model/B.before_model",
+        "model/B.after_model",
+    ):
+        assert any(p.endswith(expected) for p in paths), expected

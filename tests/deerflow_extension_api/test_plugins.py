@@ -235,10 +235,13 @@ SCRIPT = [
 ]
 
 
-def _config(tmp_path: Path, contributions: list[dict[str, Any]]) -> Path:
+def _config(
+    tmp_path: Path, contributions: list[dict[str, Any]], filename: str = "config.yaml"
+) -> Path:
     return write_config(
         tmp_path,
         SCRIPT,
+        filename=filename,
         tools=[{"name": "counted", "use": "tests.deerflow_extension_api.test_plugins:counted"}],
         plugins=_plugin(contributions),
     )
@@ -295,9 +298,7 @@ async def test_misbehaving_wrap_hooks_never_change_the_run(
 ) -> None:
     placement = "TOOL_VISIBLE" if axis == "ToolObserver" else "MODEL_LOGICAL"
     EXECUTIONS.clear()
-    clean = tmp_path / "clean"
-    clean.mkdir()
-    use_config(_config(clean, []))
+    use_config(_config(tmp_path, [], filename="clean.yaml"))
     baseline = await _run()
     baseline_runs = list(EXECUTIONS)
     EXECUTIONS.clear()

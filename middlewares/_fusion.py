@@ -208,6 +208,22 @@ def _merged_schema(schemas: Sequence[type[Any]], name: str) -> type[Any]:
     return cast("type[Any]", TypedDict(name, annotations))  # type: ignore[operator]
 
 
+@functools.lru_cache(maxsize=64)
+def _schemas(
+    member_schemas: tuple[type[Any], ...], state_schema: type[Any]
+) -> tuple[type[Any], dict[str, BaseChannel], tuple[str, ...]]:
+    """The members' merged schema, the graph's channel templates, the step-sensitive keys.
+
+    Cached: agents are built per run from the same few schemas, and the channel
+    templates are never mutated (simulations copy them).
+    """
+    member_schema = _merged_schema(member_schemas, "ChainState")
+    merged = _merged_schema([member_schema, state_schema], "FusedState")
+    channels = dict(StateGraph(merged).channels)
+    sensitive = tuple(k for k, c in channels.items() if isinstance(c, _STEP_SENSITIVE_CHANNELS))
+    return member_schema, channels, sensitive
+
+
 # --- running a sequence of lifecycle hooks inside one node --------------------
 
 
@@ -773,11 +789,9 @@ def fuse_middlewares(
         return []
     if len({m.name for m in chain}) != len(chain):
         raise AssertionError("Please remove duplicate middleware instances.")
-    member_schema = _merged_schema([m.state_schema for m in chain], "ChainState")
-    channels = dict(
-        StateGraph(_merged_schema([member_schema, state_schema], "FusedState")).channels
+    member_schema, channels, sensitive = _schemas(
+        tuple(m.state_schema for m in chain), state_schema
     )
-    sensitive = tuple(k for k, c in channels.items() if isinstance(c, _STEP_SENSITIVE_CHANNELS))
 
     fusable = {id(m): is_fusable(m) for m in chain}
     after_model = [m for m in chain if _has_hook(m, "after_model")]

@@ -65,6 +65,41 @@ async def test_served_run_with_extensions(lg_client: Any, tmp_path: Path, use_co
     assert counts == [1, 2, 3, 4, 5]  # one task store for the run, seen by every hook
 
 
+@pytest.mark.server
+async def test_interrupts_propagate_through_isolated_wrappers(
+    lg_client: Any, tmp_path: Path, use_config: Any
+) -> None:
+    script = [ai_tools(tool_call("ask_human", question="which color?")), ai_text("done")]
+    use_config(
+        write_config(
+            tmp_path,
+            script,
+            tools=[{"name": "ask_human", "use": "tests.support.demo_extension:ask_human"}],
+            plugins=[
+                {
+                    "module": "tests.support.demo_extension",
+                    "config": {
+                        "contributions": [
+                            {"kind": "ToolObserver", "placement": "TOOL_VISIBLE"},
+                            {"kind": "ToolObserver", "placement": "TOOL_RAW"},
+                        ]
+                    },
+                }
+            ],
+        )
+    )
+    client = lg_client()
+    thread = await client.threads.create()
+    await client.runs.wait(
+        thread["thread_id"], "lead_agent", input={"messages": [{"role": "user", "content": "go"}]}
+    )
+    state = await client.threads.get_state(thread["thread_id"])
+    assert [i["value"] for i in state["interrupts"]] == ["which color?"]
+    result = await client.runs.wait(thread["thread_id"], "lead_agent", command={"resume": "blue"})
+    assert result["messages"][-1]["content"] == "done"
+    assert result["messages"][-2]["content"] == "human said: blue"
+
+
 @pytest.mark.blackbox
 async def test_langgraph_dev_runs_the_chain_with_extensions(
     dev_server: Any, tmp_path: Path

@@ -728,3 +728,64 @@ async def test_tracing_turned_on_after_a_fused_build_still_traces_each_member() 
         "model/B.after_model",
     ):
         assert any(p.endswith(expected) for p in paths), expected
+
+
+def _light(messages: list[AnyMessage]) -> list[tuple[Any, ...]]:
+    """Type, text and tool calls: what a real chain must keep identical run to run."""
+    return [
+        (m.type, m.text, [(c["name"], c["args"]) for c in getattr(m, "tool_calls", [])])
+        for m in messages
+    ]
+
+
+@pytest.mark.parametrize("probes", [True, False], ids=["every-slot-probed", "real-factories"])
+async def test_the_assembled_lead_chain_runs_the_same_fused(
+    probes: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The spec-shaped chain (or whatever the real factories assemble) naive vs fused."""
+    from middlewares import chain as chain_module
+    from middlewares.chain import build_middlewares
+    from tests.support.chain_fixtures import inputs_for, probe_factories
+
+    log: list[str] = []
+    if probes:
+        monkeypatch.setattr(chain_module, "FACTORIES", probe_factories(log))
+    inputs = inputs_for(
+        tmp_path,
+        configurable={"thread_id": "t", "is_plan_mode": True},
+        extensions={"middlewares": ["tests.support.demo_extension:ConfiguredAudit"]},
+        plugins=[
+            {
+                "module": "tests.support.demo_extension",
+                "config": {
+                    "contributions": [
+                        {"kind": "ToolObserver", "placement": "TOOL_VISIBLE"},
+                        {"kind": "StateObserver", "placement": "STANDARD"},
+                    ]
+                },
+            }
+        ],
+    )
+    results = []
+    logs = []
+    for fuse in (False, True):
+        log.clear()
+        middleware = build_middlewares(inputs)
+        if fuse:
+            middleware = fuse_middlewares(
+                middleware, state_schema=ThreadState, fold_after_model=True
+            )
+        graph = create_agent(
+            _model(TWO_TOOL_STEPS),
+            [echo],
+            middleware=middleware,
+            state_schema=ThreadState,
+            checkpointer=InMemorySaver(),
+        )
+        config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        result = await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
+        results.append(_light(result["messages"]))
+        logs.append(list(log))
+    assert results[0] == results[1]
+    assert logs[0] == logs[1]
+    assert results[0][-1][1] == "done"

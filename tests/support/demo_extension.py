@@ -16,6 +16,8 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.types import interrupt
 
 from deerflow_extension_api import (
     AgentBuildContext,
@@ -26,7 +28,7 @@ from deerflow_extension_api import (
     task_store_from_runtime,
 )
 
-__all__ = ["Recorder", "install"]
+__all__ = ["Recorder", "ask_human", "install"]
 
 
 @dataclass
@@ -250,3 +252,9 @@ class ExplodingConstructor(AgentMiddleware[Any, Any, Any]):
 
 
 NOT_A_MIDDLEWARE = object()
+
+
+@tool
+async def ask_human(question: str) -> str:
+    """Ask the human and wait for the answer (interrupts the run)."""
+    return f"human said: {interrupt(question)}"

@@ -789,9 +789,8 @@ def fuse_middlewares(
         return []
     if len({m.name for m in chain}) != len(chain):
         raise AssertionError("Please remove duplicate middleware instances.")
-    member_schema, channels, sensitive = _schemas(
-        tuple(m.state_schema for m in chain), state_schema
-    )
+    schemas: tuple[Any, ...] = tuple(m.state_schema for m in chain)
+    member_schema, channels, sensitive = _schemas(schemas, cast(Any, state_schema))
 
     fusable = {id(m): is_fusable(m) for m in chain}
     after_model = [m for m in chain if _has_hook(m, "after_model")]

@@ -8,6 +8,7 @@ final state, the message sequence, the hook call order, jumps and interrupts.
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from collections.abc import Callable
 from typing import Annotated, Any, NotRequired, cast
@@ -743,6 +744,7 @@ async def test_the_assembled_lead_chain_runs_the_same_fused(
     probes: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     """The spec-shaped chain (or whatever the real factories assemble) naive vs fused."""
+    from deerflow_extension_api._plugins import load_extensions
     from middlewares import chain as chain_module
     from middlewares.chain import build_middlewares
     from tests.support.chain_fixtures import inputs_for, probe_factories
@@ -750,7 +752,9 @@ async def test_the_assembled_lead_chain_runs_the_same_fused(
     log: list[str] = []
     if probes:
         monkeypatch.setattr(chain_module, "FACTORIES", probe_factories(log))
-    inputs = inputs_for(
+    # Reading the config and loading the plugin are blocking: off the event loop.
+    inputs = await asyncio.to_thread(
+        inputs_for,
         tmp_path,
         configurable={"thread_id": "t", "is_plan_mode": True},
         extensions={"middlewares": ["tests.support.demo_extension:ConfiguredAudit"]},
@@ -766,6 +770,7 @@ async def test_the_assembled_lead_chain_runs_the_same_fused(
             }
         ],
     )
+    await asyncio.to_thread(load_extensions, inputs.settings)
     results = []
     logs = []
     for fuse in (False, True):

@@ -42,6 +42,21 @@ from deerflow_extension_api._host import apply_contributions
 from deerflow_extension_api._placement import StackEntry
 from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
 from deerflow_extension_api._store import TaskStoreScope
+from middlewares.dangling_tool_call import DanglingToolCallMiddleware
+from middlewares.input_sanitization import InputSanitizationMiddleware
+from middlewares.llm_error_handling import LLMErrorHandlingMiddleware
+from middlewares.model_content_compatibility import ModelContentCompatibilityMiddleware
+from middlewares.model_length_finish_reason import ModelLengthFinishReasonMiddleware
+from middlewares.pii_redaction import PiiRedactionMiddleware
+from middlewares.read_before_write import ReadBeforeWriteMiddleware
+from middlewares.safety_finish_reason import SafetyFinishReasonMiddleware
+from middlewares.sandbox_audit import SandboxAuditMiddleware
+from middlewares.system_message_coalescing import SystemMessageCoalescingMiddleware
+from middlewares.terminal_response import TerminalResponseMiddleware
+from middlewares.tool_error_handling import ToolErrorHandlingMiddleware
+from middlewares.tool_output_budget import ToolOutputBudgetMiddleware
+from middlewares.tool_receipt import ToolReceiptMiddleware
+from middlewares.tool_result_sanitization import ToolResultSanitizationMiddleware
 from runtime.config import ModelConfig, Settings
 from runtime.models import resolve_model_name
 from runtime.run_options import RunOptions, resolve_run_options
@@ -201,14 +216,14 @@ def _token_usage_and_budget(inputs: ChainInputs) -> bool:
 BASE_SLOTS: tuple[Slot, ...] = (
     Slot(1, "InputSanitizationMiddleware"),
     Slot(1, "KnowledgeScopeMiddleware", _knowledge),  # "follows input sanitization"
-    Slot(2, "ToolOutputBudgetMiddleware"),
+    Slot(2, "ToolOutputBudgetMiddleware", _enabled("tool_output", True)),
     Slot(3, "ToolResultSanitizationMiddleware"),
     Slot(4, "PiiRedactionMiddleware", _enabled("pii_redaction", False)),
     Slot(5, "ThreadDataMiddleware"),
     Slot(6, "UploadsMiddleware", lead_only=True),
     Slot(7, "SandboxMiddleware"),
     Slot(8, "DanglingToolCallMiddleware"),
-    Slot(9, "LLMErrorHandlingMiddleware"),
+    Slot(9, "LLMErrorHandlingMiddleware", _enabled("llm_error_handling", True)),
     Slot(10, "ArtifactResolutionMiddleware"),
     # Spec 15: the receipt layer is "the outermost wrap_tool_call layer -
     # registered ahead of authorization, audit, write and progress gates".
@@ -273,8 +288,36 @@ SUBAGENT_TAIL_SLOTS: tuple[Slot, ...] = (
     Slot(30, "SystemMessageCoalescingMiddleware"),
 )
 
+
+def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
+    settings = inputs.settings
+    return LLMErrorHandlingMiddleware.from_config(
+        settings.llm_error_handling, inputs.model, scope=str(settings.data_root_path())
+    )
+
+
 # Factories of the middlewares that exist, keyed by slot name. One line each.
-FACTORIES: dict[str, Factory] = {}
+FACTORIES: dict[str, Factory] = {
+    "InputSanitizationMiddleware": lambda i: InputSanitizationMiddleware(),  # 1
+    "ToolOutputBudgetMiddleware": lambda i: ToolOutputBudgetMiddleware.from_settings(i.settings),
+    "ToolResultSanitizationMiddleware": lambda i: ToolResultSanitizationMiddleware(),  # 3
+    "PiiRedactionMiddleware": lambda i: PiiRedactionMiddleware.from_config(
+        i.settings.pii_redaction
+    ),
+    "DanglingToolCallMiddleware": lambda i: DanglingToolCallMiddleware(),  # 8
+    "LLMErrorHandlingMiddleware": _llm_error_handling,  # 9
+    "ToolReceiptMiddleware": lambda i: ToolReceiptMiddleware.from_config(i.settings.verification),
+    "SandboxAuditMiddleware": lambda i: SandboxAuditMiddleware(),  # 12
+    "ReadBeforeWriteMiddleware": lambda i: ReadBeforeWriteMiddleware.from_settings(i.settings),
+    "ToolErrorHandlingMiddleware": lambda i: ToolErrorHandlingMiddleware(),  # 15
+    "SystemMessageCoalescingMiddleware": lambda i: SystemMessageCoalescingMiddleware(),  # 30
+    "ModelContentCompatibilityMiddleware": lambda i: ModelContentCompatibilityMiddleware(),  # 34
+    "TerminalResponseMiddleware": lambda i: TerminalResponseMiddleware(),  # 37
+    "ModelLengthFinishReasonMiddleware": lambda i: ModelLengthFinishReasonMiddleware(),  # 38
+    "SafetyFinishReasonMiddleware": lambda i: SafetyFinishReasonMiddleware(  # 39
+        i.settings.safety_finish_reason.finish_reasons
+    ),
+}
 
 
 def _fill(slots: Sequence[Slot], inputs: ChainInputs) -> list[ChainMember]:

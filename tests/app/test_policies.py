@@ -44,11 +44,16 @@ async def test_policies_describe_both_chains(
         assert response.status_code == 200
         body = response.json()
         assert body["switches"]["is_plan_mode"] is True
-        lead = body["lead_agent"]["middlewares"]
-        assert lead[0]["parameters"] == {"level": "info", "since": None, "limit": 9}
-        assert lead[1]["extension"] == "tests.support.demo_extension:install"
+        lead = {m["name"]: m for m in body["lead_agent"]["middlewares"]}
+        audit = lead["ConfiguredAudit"]
+        assert audit["parameters"] == {"level": "info", "since": None, "limit": 9}
+        observer = lead["extension_tests_support_demo_extension_install_ToolObserver_0"]
+        assert observer["extension"] == "tests.support.demo_extension:install"
+        names = list(lead)
+        assert names.index("ConfiguredAudit") < names.index("TerminalResponseMiddleware")
         assert body["lead_agent"]["policy_hash"].startswith("sha256:")
-        assert next(m["name"] for m in body["subagent"]["middlewares"]) == "ConfiguredAudit"
+        subagent = [m["name"] for m in body["subagent"]["middlewares"]]
+        assert "ConfiguredAudit" in subagent and subagent[-1].startswith("extension_")
         bad = await http.get("/policies", params={"nope": "1"})
         assert bad.status_code == 400
 

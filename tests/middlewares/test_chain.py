@@ -102,8 +102,28 @@ SUBAGENT_DEFAULT = [
 ]
 
 # What the real factories assemble today (see the module docstring).
-REAL_LEAD_DEFAULT: list[str] = []
-REAL_SUBAGENT_DEFAULT: list[str] = []
+REAL_LEAD_DEFAULT: list[str] = [
+    "InputSanitizationMiddleware",
+    "ToolOutputBudgetMiddleware",
+    "ToolResultSanitizationMiddleware",
+    "DanglingToolCallMiddleware",
+    "LLMErrorHandlingMiddleware",
+    "ToolReceiptMiddleware",
+    "SandboxAuditMiddleware",
+    "ReadBeforeWriteMiddleware",
+    "ToolErrorHandlingMiddleware",
+    "SystemMessageCoalescingMiddleware",
+    "ModelContentCompatibilityMiddleware",
+    "TerminalResponseMiddleware",
+    "ModelLengthFinishReasonMiddleware",
+]
+REAL_SUBAGENT_DEFAULT: list[str] = [
+    *REAL_LEAD_DEFAULT[: REAL_LEAD_DEFAULT.index("ToolErrorHandlingMiddleware") + 1],
+    "ModelContentCompatibilityMiddleware",
+    "TerminalResponseMiddleware",
+    "ModelLengthFinishReasonMiddleware",
+    "SystemMessageCoalescingMiddleware",  # the subagent chain's last entry
+]
 
 
 def _names(inputs: ChainInputs, **kwargs: Any) -> list[str]:
@@ -162,10 +182,8 @@ def test_all_switches_on(all_probes: list[str], tmp_path: Path) -> None:
             "authorization",
         )
     }
-    settings = SimpleNamespace(
-        **{k: getattr(inputs.settings, k) for k in type(inputs.settings).model_fields},
-        **switches,
-    )
+    fields = {k: getattr(inputs.settings, k) for k in type(inputs.settings).model_fields}
+    settings = SimpleNamespace(**{**fields, **switches})
     settings.tools = [SimpleNamespace(name="knowledge_search")]
     models = inputs.model.model_copy(update={"supports_vision": True})
     full = ChainInputs(settings, inputs.options, models, inputs.effective)  # type: ignore[arg-type]

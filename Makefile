@@ -11,7 +11,7 @@ export LANGGRAPH_CLI_NO_ANALYTICS := 1
 export LANGGRAPH_NO_VERSION_CHECK := true
 export LANGSMITH_TRACING ?= false
 
-.PHONY: install dev test lint format typecheck pytest bench clean
+.PHONY: install dev test lint format typecheck pytest bench bench-chain clean
 
 install: $(STAMP) .env
 
@@ -56,6 +56,10 @@ pytest: install
 bench-checkpointer: install
 	@bash scripts/ensure-postgres.sh
 	$(BIN)/python -m bench.checkpointer
+# Per-step cost of the middleware chain vs a bare agent; writes bench/results/chain_overhead.md.
+.PHONY: bench-chain
+bench-chain: install
+	$(BIN)/python -m bench.chain_overhead
 
 clean:
 	rm -rf $(VENV) .langgraph_api .mypy_cache .pytest_cache .ruff_cache

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 
-from app.routes import health, uploads, whoami
+from app.routes import health, policies, uploads, whoami
 
 __all__ = ["app"]
 
-app = Starlette(routes=[*health.routes, *whoami.routes, *uploads.routes])
+app = Starlette(routes=[*health.routes, *whoami.routes, *uploads.routes, *policies.routes])

@@ -11,6 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
+from middlewares._fusion import compose_chain
 from middlewares.chain import (
     ChainInputs,
     build_middlewares,
@@ -46,7 +47,9 @@ def build_agent(
     if kind == "lead_agent":
         middleware = build_middlewares(inputs, custom_middlewares=custom_middlewares)
     else:
-        middleware = [*build_subagent_runtime_middlewares(inputs), *custom_middlewares]
+        middleware = build_subagent_runtime_middlewares(
+            inputs, custom_middlewares=custom_middlewares
+        )
     agent_tools = (
         list(tools)
         if tools is not None
@@ -56,7 +59,9 @@ def build_agent(
         model,
         agent_tools,
         system_prompt=system_prompt,
-        middleware=middleware,
+        middleware=compose_chain(
+            middleware, state_schema=ThreadState, config=config, tools=agent_tools
+        ),
         state_schema=ThreadState,
         name=kind,
     )

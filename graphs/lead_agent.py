@@ -7,6 +7,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
+from deerflow_extension_api._plugins import aload_extensions
 from graphs._build import build_agent
 from graphs.prompts import LEAD_SYSTEM_PROMPT
 from runtime.config import Settings, aget_settings
@@ -23,4 +24,6 @@ def build_lead_agent(
 
 async def make_lead_agent(config: RunnableConfig) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Registered in ``langgraph.json``; settings load off the event loop once."""
-    return build_lead_agent(await aget_settings(), config)
+    settings = await aget_settings()
+    await aload_extensions(settings)  # plugin imports and install() run off the event loop
+    return build_lead_agent(settings, config)

@@ -8,6 +8,7 @@ run, so they must never touch the disk. The file is read once (off the loop via
 from __future__ import annotations
 
 import asyncio
+import datetime
 import importlib
 import logging
 import os
@@ -39,10 +40,13 @@ __all__ = [
     "DatabaseConfig",
     "DatabaseKeepalivesConfig",
     "DatabasePoolConfig",
+    "ExtensionMiddlewareConfig",
+    "ExtensionsConfig",
     "JwtAuthConfig",
     "LLMErrorHandlingConfig",
     "ModelConfig",
     "PiiRedactionConfig",
+    "PluginConfig",
     "ReadBeforeWriteConfig",
     "SafetyFinishReasonConfig",
     "Settings",
@@ -438,10 +442,85 @@ class ToolConfig(BaseModel):
     use: str = Field(min_length=1, description="module.path:name of a BaseTool or factory")
 
 
+def _json_compatible(value: Any, where: str) -> Any:
+    """``value`` as JSON data; YAML dates and timestamps become ISO strings."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        return [_json_compatible(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where}: key {key!r} is not a string")
+            result[key] = _json_compatible(item, f"{where}.{key}")
+        return result
+    raise ValueError(f"{where}: {type(value).__name__} is not JSON-compatible")
+
+
+def _class_path(value: str) -> str:
+    if ":" not in value or value.startswith(":") or value.endswith(":"):
+        raise ValueError("must look like 'module.path:ClassName'")
+    return value
+
+
+class ExtensionMiddlewareConfig(BaseModel):
+    """One ``extensions.middlewares`` entry: ``{class, kwargs}`` (or just the class string)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    class_path: str = Field(alias="class", min_length=1, description="module.path:ClassName")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"class": data} if isinstance(data, str) else data
+
+    @field_validator("class_path")
+    @classmethod
+    def _shape(cls, value: str) -> str:
+        return _class_path(value)
+
+    @field_validator("kwargs", mode="before")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ValueError("must be a mapping of JSON-compatible values")
+        return _json_compatible(value, "kwargs")
+
+
 class ExtensionsConfig(_Section):
     """Operator-configured extension middlewares (trusted config: it imports code)."""
 
-    middlewares: list[str | dict[str, Any]] = Field(default_factory=list)
+    middlewares: list[ExtensionMiddlewareConfig] = Field(default_factory=list)
+
+
+class PluginConfig(BaseModel):
+    """One ``plugins:`` entry: a module whose ``install(registry, config)`` runs at load."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    module: str = Field(min_length=1, description="package.module or package.module:function")
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"module": data} if isinstance(data, str) else data
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ValueError("must be a mapping of JSON-compatible values")
+        return _json_compatible(value, "config")
 
 
 class ToolOutputConfig(_Section):
@@ -546,7 +625,7 @@ class Settings(_Section):
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
     read_before_write: ReadBeforeWriteConfig = Field(default_factory=ReadBeforeWriteConfig)
     extensions: ExtensionsConfig = Field(default_factory=ExtensionsConfig)
-    plugins: list[str] = Field(default_factory=list)
+    plugins: list[PluginConfig] = Field(default_factory=list)
     tool_output: ToolOutputConfig = Field(default_factory=ToolOutputConfig)
     pii_redaction: PiiRedactionConfig = Field(default_factory=PiiRedactionConfig)
     llm_error_handling: LLMErrorHandlingConfig = Field(default_factory=LLMErrorHandlingConfig)

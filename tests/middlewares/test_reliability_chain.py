@@ -69,7 +69,11 @@ def test_everything_on_follows_the_spec_order() -> None:
     assert isinstance(chain[custom - 1], ModelContentCompatibilityMiddleware)
     assert isinstance(chain[custom + 1], TerminalResponseMiddleware)
     assert isinstance(chain[-1], SafetyFinishReasonMiddleware)
-    assert _positions(build_subagent_runtime_middlewares(inputs)) == SPEC_ORDER
+    # Subagents: the read-time sanitizer and the safety tail come before the
+    # coalescer, which is the subagent chain's last entry (000: 30, 34; 004).
+    coalescer = SPEC_ORDER.index(SystemMessageCoalescingMiddleware)
+    subagent_order = [*SPEC_ORDER[:coalescer], *SPEC_ORDER[coalescer + 1 :], SPEC_ORDER[coalescer]]
+    assert _positions(build_subagent_runtime_middlewares(inputs)) == subagent_order
 
 
 def test_defaults_and_switches() -> None:

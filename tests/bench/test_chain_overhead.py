@@ -1,0 +1,27 @@
+"""The benchmark runs from its documented entry point and reports its ratios.
+
+Timings are not asserted (unit tests never assert wall-clock times); the run is
+tiny and only proves the command works end to end and writes its results.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import chain_overhead
+
+
+def test_quick_run_prints_the_ratio_and_writes_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "chain_overhead.md"
+    assert chain_overhead.main(["--rounds", "1", "--steps", "2", "--output", str(output)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"chain_overhead_ratio=\d+\.\d\d", lines[-1])
+    report = output.read_text(encoding="utf-8")
+    assert "| full lead chain (build_middlewares) |" in report
+    assert "synthetic: 30 pass-through wrap middlewares" in report
+    assert lines[-1] in report.replace("`", "")

@@ -14,8 +14,10 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 
+from middlewares.subagent_limit import SubagentLimitMiddleware
 from runtime.config import ModelConfig, Settings
 from runtime.run_options import RunOptions
+from subagents.limits import resolve_subagent_limits
 
 __all__ = [
     "ChainInputs",
@@ -52,5 +54,9 @@ def build_middlewares(
 ) -> list[AgentMiddleware[Any, Any]]:
     """The lead chain: base, lead-only segment, custom, extensions, then the tail."""
     chain = build_lead_runtime_middlewares(inputs)
+    # 31. SubagentLimitMiddleware, when subagents are enabled for the run.
+    if inputs.effective.get("subagent_enabled"):
+        limits = resolve_subagent_limits(inputs.settings.subagents, inputs.options)
+        chain.append(SubagentLimitMiddleware(limits))
     chain.extend(custom_middlewares)
     return chain

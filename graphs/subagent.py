@@ -56,7 +56,7 @@ def recursion_limit_for(graph: Any, max_turns: int) -> int:
     """
     compiled = getattr(graph, "bound", graph)
     nodes = [name for name in getattr(compiled, "nodes", {}) if not name.startswith("__")]
-    return max_turns * max(2, len(nodes)) + 1
+    return max_turns * max(2, len(nodes))
 
 
 def build_subagent(

@@ -216,6 +216,10 @@ class SubagentRunner(ABC):
     @abstractmethod
     async def run(self, spec: TaskSpec, parent: ParentContext, track: TaskTrack) -> None: ...
 
+    def timeout_hint(self, track: TaskTrack) -> str | None:
+        """Extra words for a timed-out task, when the runner can say why."""
+        return None
+
 
 async def run_isolated(coro: Coroutine[Any, Any, None]) -> None:
     """Await ``coro`` as a new task outside the caller's runnable config.
@@ -307,6 +311,15 @@ class RemoteRunner(SubagentRunner):
     """
 
     execution = "remote"
+
+    def timeout_hint(self, track: TaskTrack) -> str | None:
+        if track.steps:
+            return None
+        return (
+            "the subagent run never took a step: if every job slot of the server is busy "
+            "(langgraph dev runs one job at a time unless --n-jobs-per-worker is raised), "
+            "the child run waits in the queue behind its parent"
+        )
 
     def __init__(
         self,
@@ -467,6 +480,9 @@ async def execute_task(
         if timeout.expired():
             status = "timed_out"
             error = f"no result within {spec.timeout_seconds:g} seconds"
+            hint = runner.timeout_hint(track)
+            if hint:
+                error = f"{error}; {hint}"
         else:
             status, error = "failed", _bounded(f"{type(exc).__name__}: {exc}")
     except GraphRecursionError:

@@ -41,6 +41,7 @@ def tool_names(graph: object) -> set[str]:
 
 def test_default_type_is_general_purpose_without_task(tmp_path: Path) -> None:
     graph = build_subagent(settings_for(tmp_path), None)
+    assert graph.config is not None
     assert tool_names(graph) == {"echo", "gate", "hang", "whoami"}
     assert graph.config["metadata"]["subagent_type"] == "general-purpose"
     assert graph.config["metadata"]["subagent_enabled"] is False
@@ -51,6 +52,7 @@ async def test_custom_type_from_context_sets_tools_model_and_turn_cap(tmp_path: 
     settings = settings_for(tmp_path)
     config = {"context": {"subagent_type": "focused", "model_name": "lead"}}
     graph = build_subagent(settings, config)  # type: ignore[arg-type]
+    assert graph.config is not None
     assert tool_names(graph) == {"echo"}
     assert graph.config["metadata"]["model_name"] == "special"  # the type's own model wins
     assert graph.config["recursion_limit"] == recursion_limit_for(graph, 3)

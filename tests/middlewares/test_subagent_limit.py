@@ -43,7 +43,7 @@ async def test_run_total_strips_excess_calls_and_a_later_run_has_a_fresh_budget(
     assert isinstance(planning, AIMessage)
     assert len(_task_ids(planning)) == 3
     assert planning.response_metadata["finish_reason"] == "stop"
-    assert planning.content.startswith("Planning.")
+    assert str(planning.content).startswith("Planning.")
     assert "[Subagent limit] 1 task call was not run" in planning.content
     assert "used all 3 of its subagent delegations" in planning.content
     assert len(first.tool_messages()) == 3
@@ -97,9 +97,7 @@ async def test_stripping_removes_every_trace_of_the_dropped_calls(tmp_path: Path
         {"type": "tool_use", "id": "call_0_1", "name": "task", "input": {}},
     ]
     raw = [{"id": "call_0_0", "type": "function"}, {"id": "call_0_1", "type": "function"}]
-    middleware = SubagentLimitMiddleware(
-        _limits(total=1)
-    )
+    middleware = SubagentLimitMiddleware(_limits(total=1))
     message = AIMessage(
         content=blocks,  # type: ignore[arg-type]
         tool_calls=[
@@ -144,7 +142,12 @@ async def test_orphans_of_earlier_runs_are_closed_and_malformed_entries_ignored(
     path = delegation_config(
         tmp_path,
         # Two AI messages are already in the history, so the script starts at turn 2.
-        lead=[ai_text("-"), ai_text("-"), ai_tools(task_call("a"), task_call("b")), ai_text("done")],
+        lead=[
+            ai_text("-"),
+            ai_text("-"),
+            ai_tools(task_call("a"), task_call("b")),
+            ai_text("done"),
+        ],
         max_total_per_run=2,
     )
     settings = load_settings(path)
@@ -181,10 +184,11 @@ async def test_orphans_of_earlier_runs_are_closed_and_malformed_entries_ignored(
     ]
     # Persisted values arrive unchecked (Overwrite bypasses the reducer, as a
     # client's state write or an old checkpoint could).
-    result = await graph.ainvoke(
-        {"messages": [*history, HumanMessage("go")], "delegations": Overwrite(ledger)},
-        config,  # type: ignore[arg-type]
-    )
+    inputs: dict[str, Any] = {
+        "messages": [*history, HumanMessage("go")],
+        "delegations": Overwrite(ledger),
+    }
+    result = await graph.ainvoke(inputs, config)  # type: ignore[call-overload]
     entries = result["delegations"]
     by_id = {e["tool_call_id"]: e for e in entries if isinstance(e, dict) and "status" in e}
     assert by_id["old-orphan"]["status"] == "cancelled"
@@ -197,8 +201,12 @@ async def test_orphans_of_earlier_runs_are_closed_and_malformed_entries_ignored(
     assert "garbage" in entries
     assert {"run_id": "new", "tool_call_id": 7, "status": "completed"} in entries
     new_run = [
-        e for e in entries if isinstance(e, dict) and e.get("run_id") == "new"
-        and isinstance(e.get("tool_call_id"), str) and e["tool_call_id"].startswith("call_")
+        e
+        for e in entries
+        if isinstance(e, dict)
+        and e.get("run_id") == "new"
+        and isinstance(e.get("tool_call_id"), str)
+        and e["tool_call_id"].startswith("call_")
     ]
     assert [e["status"] for e in new_run] == ["completed", "completed"]
     assert result["messages"][-1].content == "done"
@@ -218,5 +226,7 @@ def test_in_the_chain_only_when_subagents_are_enabled(tmp_path: Path) -> None:
     assert not any(
         isinstance(m, SubagentLimitMiddleware) for m in chain({"subagent_enabled": False})
     )
-    (limit,) = [m for m in chain({"max_total_subagents": 99}) if isinstance(m, SubagentLimitMiddleware)]
+    (limit,) = [
+        m for m in chain({"max_total_subagents": 99}) if isinstance(m, SubagentLimitMiddleware)
+    ]
     assert limit.release_policy_parameters()["max_total_per_run"] == 50

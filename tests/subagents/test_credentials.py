@@ -35,7 +35,7 @@ def test_expired_tampered_and_malformed_tokens_are_refused() -> None:
     token = mint_delegation_token("alice", ttl_seconds=10, now=1000.0)
     with pytest.raises(DelegationTokenError, match="expired"):
         verify_delegation_token(token, now=1010.0)
-    prefix, body, signature = token.split(".")
+    prefix, _body, signature = token.split(".")
     forged = mint_delegation_token("mallory", ttl_seconds=10, now=1000.0).split(".")[1]
     with pytest.raises(DelegationTokenError, match="signature"):
         verify_delegation_token(f"{prefix}.{forged}.{signature}", now=1001.0)

@@ -18,7 +18,9 @@ from subagents.ledger import (
 )
 
 
-def entry(tool_call_id: str = "c1", run_id: str | None = "r1", status: str = "pending", **extra: Any) -> dict[str, Any]:
+def entry(
+    tool_call_id: str = "c1", run_id: str | None = "r1", status: str = "pending", **extra: Any
+) -> dict[str, Any]:
     return {"run_id": run_id, "tool_call_id": tool_call_id, "status": status, **extra}
 
 
@@ -130,8 +132,16 @@ def test_orphans_of_earlier_runs() -> None:
         }
     )
     replies = [
-        ToolMessage("whatever the text says", tool_call_id="settled", additional_kwargs={KEY_STATUS: "failed"}),
-        ToolMessage("x", tool_call_id="capped", additional_kwargs={KEY_STATUS: "completed", KEY_STOP_REASON: "turn_capped"}),
+        ToolMessage(
+            "whatever the text says",
+            tool_call_id="settled",
+            additional_kwargs={KEY_STATUS: "failed"},
+        ),
+        ToolMessage(
+            "x",
+            tool_call_id="capped",
+            additional_kwargs={KEY_STATUS: "completed", KEY_STOP_REASON: "turn_capped"},
+        ),
         ToolMessage("Task Succeeded. Result: done", tool_call_id="legacy"),
     ]
     updates = {u["tool_call_id"]: u for u in cancel_orphaned_delegations(entries, "now", replies)}

@@ -30,17 +30,33 @@ def outcome(**fields: Any) -> TaskOutcome:
     ("fields", "text_start", "event"),
     [
         ({"result": "42"}, "Task completed by subagent 'bash'. Result:\n42", "task_completed"),
-        ({"result": "4", "stop_reason": "turn_capped"}, "Task completed by subagent 'bash' (stopped early", "task_completed"),
-        ({"status": "failed", "error": "boom"}, "Task failed (subagent 'bash'). Error: boom", "task_failed"),
-        ({"status": "failed", "stop_reason": "loop_capped"}, "Task failed (subagent 'bash'): it was stopped", "task_failed"),
-        ({"status": "timed_out", "error": "late"}, "Task timed out (subagent 'bash'). Error: late", "task_timed_out"),
+        (
+            {"result": "4", "stop_reason": "turn_capped"},
+            "Task completed by subagent 'bash' (stopped early",
+            "task_completed",
+        ),
+        (
+            {"status": "failed", "error": "boom"},
+            "Task failed (subagent 'bash'). Error: boom",
+            "task_failed",
+        ),
+        (
+            {"status": "failed", "stop_reason": "loop_capped"},
+            "Task failed (subagent 'bash'): it was stopped",
+            "task_failed",
+        ),
+        (
+            {"status": "timed_out", "error": "late"},
+            "Task timed out (subagent 'bash'). Error: late",
+            "task_timed_out",
+        ),
         ({"status": "cancelled"}, "Task cancelled (subagent 'bash').", "task_cancelled"),
     ],
 )
 def test_text_metadata_and_event_agree(fields: dict[str, Any], text_start: str, event: str) -> None:
     result = outcome(model="worker", token_usage=USAGE, **fields)
     message = result.tool_message()
-    assert message.content.startswith(text_start)
+    assert str(message.content).startswith(text_start)
     assert message.tool_call_id == "call-1"
     assert message.name == "task"
     kwargs = message.additional_kwargs
@@ -57,7 +73,11 @@ def test_text_metadata_and_event_agree(fields: dict[str, Any], text_start: str, 
     assert meta["status"] == result.status
     entry = result.ledger_entry("run-1")
     assert entry is not None
-    assert (entry["run_id"], entry["tool_call_id"], entry["status"]) == ("run-1", "call-1", result.status)
+    assert (entry["run_id"], entry["tool_call_id"], entry["status"]) == (
+        "run-1",
+        "call-1",
+        result.status,
+    )
 
 
 def test_completed_without_text_says_so() -> None:
@@ -78,14 +98,26 @@ def test_unreadable_metadata(kwargs: Any) -> None:
 
 def test_metadata_fields_are_revalidated() -> None:
     meta = read_task_result_metadata(
-        {KEY_STATUS: "failed", KEY_STOP_REASON: "bored", KEY_TOKEN_USAGE: {"input_tokens": -1}, KEY_ERROR: 5}
+        {
+            KEY_STATUS: "failed",
+            KEY_STOP_REASON: "bored",
+            KEY_TOKEN_USAGE: {"input_tokens": -1},
+            KEY_ERROR: 5,
+        }
     )
     assert meta == {"status": "failed"}
 
 
 @pytest.mark.parametrize(
     "usage",
-    [None, [], {"input_tokens": 1}, {**USAGE, "total_tokens": True}, {**USAGE, "output_tokens": -2}, {**USAGE, "input_tokens": "3"}],
+    [
+        None,
+        [],
+        {"input_tokens": 1},
+        {**USAGE, "total_tokens": True},
+        {**USAGE, "output_tokens": -2},
+        {**USAGE, "input_tokens": "3"},
+    ],
 )
 def test_bad_token_usage(usage: Any) -> None:
     assert normalize_token_usage(usage) is None

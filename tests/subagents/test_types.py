@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ def tools_named(*entries: tuple[str, str]) -> list[dict[str, str]]:
     return [{"name": name, "group": group, "use": ECHO} for name, group in entries]
 
 
-def settings_with(tmp_path: Path, **sections: object) -> object:
+def settings_with(tmp_path: Path, **sections: Any) -> Any:
     return load_settings(write_config(tmp_path, [ai_text("x")], **sections))
 
 
@@ -64,8 +65,18 @@ def test_custom_type_tool_selectors(tmp_path: Path) -> None:
         tools=tools_named(("a", "g1"), ("b", "g1"), ("c", "g2"), ("task", "g2")),
         subagents={
             "types": [
-                {"name": "picky", "description": "d", "system_prompt": "p", "tools": ["c", "group:g1", "task"]},
-                {"name": "broken", "description": "d", "system_prompt": "p", "tools": ["nope", "group:none"]},
+                {
+                    "name": "picky",
+                    "description": "d",
+                    "system_prompt": "p",
+                    "tools": ["c", "group:g1", "task"],
+                },
+                {
+                    "name": "broken",
+                    "description": "d",
+                    "system_prompt": "p",
+                    "tools": ["nope", "group:none"],
+                },
             ]
         },
     )
@@ -86,12 +97,17 @@ def test_custom_type_tool_selectors(tmp_path: Path) -> None:
             ],
             "duplicate",
         ),
-        ([{"name": "Bad Name", "description": "d", "system_prompt": "p"}], "subagents.types\\[0\\].name"),
+        (
+            [{"name": "Bad Name", "description": "d", "system_prompt": "p"}],
+            "subagents.types\\[0\\].name",
+        ),
         ([{"name": "x", "description": "d", "system_prompt": "p", "max_turns": 0}], "max_turns"),
         ([{"name": "x", "description": "d", "system_prompt": "p", "colour": "red"}], "unknown key"),
     ],
 )
-def test_invalid_custom_types_fail_config_loading(tmp_path: Path, types: list[dict[str, object]], message: str) -> None:
+def test_invalid_custom_types_fail_config_loading(
+    tmp_path: Path, types: list[dict[str, object]], message: str
+) -> None:
     with pytest.raises(ConfigError, match=message):
         settings_with(tmp_path, subagents={"types": types})
 
@@ -106,5 +122,5 @@ def test_environment_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert subagents.remote.url == "http://agents.internal:8123"
     assert subagents.enabled is False
     monkeypatch.setenv("DEERFLOW_SUBAGENTS_EXECUTION", "carrier-pigeon")
-    with pytest.raises(ConfigError, match="subagents.execution"):
+    with pytest.raises(ConfigError, match=r"subagents\.execution"):
         settings_with(tmp_path)

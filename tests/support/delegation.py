@@ -100,13 +100,31 @@ async def run_lead(
     graph.checkpointer = checkpointer or InMemorySaver()
     events = [] if events is None else events
     values: dict[str, Any] = {}
-    async for mode, chunk in graph.astream(
-        {"messages": [{"role": "user", "content": text}], **(state or {})},
-        config,  # type: ignore[arg-type]
-        stream_mode=["custom", "values"],
+    inputs: dict[str, Any] = {"messages": [{"role": "user", "content": text}], **(state or {})}
+    async for mode, chunk in graph.astream(  # type: ignore[call-overload]
+        inputs, config, stream_mode=["custom", "values"]
     ):
         if mode == "custom":
             events.append(chunk)
         else:
             values = chunk
     return LeadRun(values=values, events=events)
+
+
+def streaming_client(app: Any, *, headers: dict[str, str] | None = None) -> Any:
+    """A ``langgraph_sdk`` client over the server's streaming ASGI transport.
+
+    ``httpx.ASGITransport`` buffers whole responses, so live custom events only
+    arrive through the server's own transport (the one ``get_client`` uses).
+    """
+    import httpx
+    from langgraph_api.asgi_transport import ASGITransport
+    from langgraph_sdk.client import LangGraphClient
+
+    http = httpx.AsyncClient(
+        transport=ASGITransport(app=app),
+        base_url="http://deerflow.test",
+        headers=dict(headers or {}),
+        timeout=60,
+    )
+    return LangGraphClient(http)

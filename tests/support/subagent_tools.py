@@ -73,7 +73,7 @@ def reset_boards() -> None:
 async def wait_until(condition: Callable[[], bool], *, timeout: float = 30.0) -> None:
     """Yield to the loop until ``condition`` holds; ``timeout`` only bounds a failing test."""
     async with asyncio.timeout(timeout):
-        while not condition():
+        while not condition():  # noqa: ASYNC110 - plain attributes, no event to await
             await asyncio.sleep(0.01)
 
 

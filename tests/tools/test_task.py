@@ -29,6 +29,11 @@ def _exploding_model(name: str = "broken") -> dict[str, Any]:
     return {"name": name, "use": "tests.support.subagent_tools:ExplodingChatModel"}
 
 
+def tools_of(graph: Any) -> dict[str, Any]:
+    tools: dict[str, Any] = graph.nodes["tools"].bound.tools_by_name
+    return tools
+
+
 def _statuses(run: Any) -> dict[str, str]:
     return {m.tool_call_id: m.additional_kwargs.get(KEY_STATUS) for m in run.tool_messages()}
 
@@ -153,9 +158,10 @@ async def test_unknown_type_and_empty_prompt_are_error_results(tmp_path: Path) -
     path = delegation_config(
         tmp_path,
         lead=[
-            ai_tools(task_call("x", subagent_type="wizard"), tool_call(
-                "task", description="d", prompt="  ", subagent_type="general-purpose"
-            )),
+            ai_tools(
+                task_call("x", subagent_type="wizard"),
+                tool_call("task", description="d", prompt="  ", subagent_type="general-purpose"),
+            ),
             ai_text("lead done"),
         ],
     )
@@ -251,7 +257,7 @@ async def test_subagent_shares_identity_thread_and_sandbox_but_not_checkpoints(
 async def test_task_tool_offered_only_when_subagents_are_enabled(tmp_path: Path) -> None:
     def tool_names(settings: Any, configurable: dict[str, Any]) -> set[str]:
         graph = build_lead_agent(settings, {"configurable": configurable})
-        return set(graph.nodes["tools"].bound.tools_by_name)
+        return set(tools_of(graph))
 
     on = load_settings(delegation_config(tmp_path, lead=[ai_text("x")]))
     assert "task" in tool_names(on, {})
@@ -273,7 +279,7 @@ async def test_description_lists_available_types(tmp_path: Path) -> None:
         types=[{"name": "researcher", "description": "Digs deep.", "system_prompt": "x"}],
     )
     graph = build_lead_agent(load_settings(path), None)
-    description = graph.nodes["tools"].bound.tools_by_name["task"].description
+    description = tools_of(graph)["task"].description
     assert "- general-purpose:" in description
     assert "- researcher: Digs deep." in description
     assert "- bash:" not in description  # no shell or file tools configured
@@ -282,4 +288,4 @@ async def test_description_lists_available_types(tmp_path: Path) -> None:
     tools.append({"name": "bash", "group": "sandbox", "use": "tests.support.tools:echo"})
     path = delegation_config(with_bash, lead=[ai_text("x")], tools=tools)
     graph = build_lead_agent(load_settings(path), None)
-    assert "- bash:" in graph.nodes["tools"].bound.tools_by_name["task"].description
+    assert "- bash:" in tools_of(graph)["task"].description

@@ -4,11 +4,12 @@ Both runners report through a ``TaskTrack`` (progress events, child ids, the
 latest messages) and ``execute_task`` turns whatever happened into one
 ``TaskOutcome``, so the two modes produce the same results, statuses and events.
 
-In-process isolation: the child graph has no checkpointer and runs in a fresh
-context without the parent's runnable config, so it neither writes into the
-parent's checkpoint history (as a subgraph would) nor streams its tokens into the
-parent's ``messages`` stream. It shares the parent's identity (the server's auth
-user in ``configurable``), thread id, thread data and sandbox state.
+In-process isolation: the child graph has no checkpointer, gets a configurable
+of its own (so none of the parent's ``__pregel_*`` keys, which would make it a
+subgraph writing into the parent's checkpoint history), and runs as a new task
+in a context without the parent's runnable config (defence in depth: nothing of
+the parent's run is inherited implicitly). It shares the parent's identity (the
+server's auth user in ``configurable``), thread id, thread data and sandbox.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ async def test_three_tasks_complete_with_at_most_two_running(tmp_path: Path) -> 
     )
     events: list[dict[str, Any]] = []
     running = asyncio.create_task(run_lead(path, events=events))
-    await wait_until(lambda: "c" in GATES and GATES["c"].active == 2)
+    await wait_until(lambda: "c" in GATES and GATES["c"].active >= 2)
     board = GATES["c"]
     # All three were dispatched; only two hold a slot.
     await wait_until(lambda: sum(e["type"] == "task_started" for e in events) == 3)
@@ -254,7 +254,7 @@ async def test_subagent_shares_identity_thread_and_sandbox_but_not_checkpoints(
     assert "who am i" not in contents
 
 
-async def test_task_tool_offered_only_when_subagents_are_enabled(tmp_path: Path) -> None:
+def test_task_tool_offered_only_when_subagents_are_enabled(tmp_path: Path) -> None:
     def tool_names(settings: Any, configurable: dict[str, Any]) -> set[str]:
         graph = build_lead_agent(settings, {"configurable": configurable})
         return set(tools_of(graph))
@@ -268,7 +268,7 @@ async def test_task_tool_offered_only_when_subagents_are_enabled(tmp_path: Path)
     assert "task" not in tool_names(off, {"subagent_enabled": True})
 
 
-async def test_description_lists_available_types(tmp_path: Path) -> None:
+def test_description_lists_available_types(tmp_path: Path) -> None:
     tools = [
         {"name": "echo", "group": "test", "use": "tests.support.tools:echo"},
     ]

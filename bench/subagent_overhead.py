@@ -1,6 +1,6 @@
 """Delegation cost: in-process vs remote subagents, against doing the work directly.
 
-Run: ``.venv/bin/python bench/subagents.py`` (writes ``bench/results/subagents.md``).
+Run: ``.venv/bin/python bench/subagent_overhead.py`` (writes ``bench/results/subagent_overhead.md``).
 
 Three scenarios run side by side on one in-process LangGraph Server, each a lead
 run whose three units of work are one ``echo`` tool call and one answer:
@@ -96,7 +96,7 @@ async def main() -> None:
     lines = [
         "# Subagent delegation cost",
         "",
-        "`bench/subagents.py`: one lead run with three units of work (an `echo` call and",
+        "`bench/subagent_overhead.py`: one lead run with three units of work (an `echo` call and",
         "an answer each), done directly, delegated in-process, or delegated as remote",
         f"runs on the same in-process LangGraph Server; median of {REPEATS} interleaved runs,",
         "timed from the lead run's first streamed event to its last.",
@@ -111,7 +111,7 @@ async def main() -> None:
     ]
     text = "\n".join(lines)
     print(text)
-    out = ROOT / "bench" / "results" / "subagents.md"
+    out = ROOT / "bench" / "results" / "subagent_overhead.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
 

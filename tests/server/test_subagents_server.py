@@ -313,3 +313,31 @@ async def test_the_subagent_graph_runs_on_its_own(
         await client.runs.wait(
             None, "subagent", input=USER_INPUT, context={"subagent_type": "wizard"}
         )
+
+
+async def test_cancelling_the_parent_run_cancels_its_remote_children(
+    lg_server: Any, use_config: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    use_config(
+        delegation_config(
+            tmp_path,
+            lead=[ai_tools(task_call("wait")), ai_text("unused")],
+            worker=[ai_tools(tool_call("hang", key="srv-rc"))],
+            execution="remote",
+        )
+    )
+    client = streaming_client(lg_server)
+    thread_id = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(thread_id, "lead_agent", input=USER_INPUT)
+    await wait_until(lambda: "srv-rc" in HANGS and HANGS["srv-rc"].entered == 1)
+    children = await client.threads.search(metadata={"deerflow_parent_thread_id": thread_id})
+    (child,) = children
+    await client.runs.cancel(thread_id, run["run_id"], wait=True)
+    await wait_until(lambda: HANGS["srv-rc"].cancelled == 1)
+    async with asyncio.timeout(30):
+        while True:
+            (child_run,) = await client.runs.list(child["thread_id"])
+            if child_run["status"] != "running":
+                break
+            await asyncio.sleep(0.05)
+    assert child_run["status"] == "interrupted"

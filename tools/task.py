@@ -62,6 +62,9 @@ def task_tool_description(types: list[SubagentType]) -> str:
     return _DESCRIPTION_HEAD + "\n".join(lines)
 
 
+_LABEL_LIMIT = 200
+
+
 class _RunSlots:
     """The per-run concurrency bound, created on first use inside the run's loop."""
 
@@ -126,6 +129,9 @@ def make_task_tool(
         runtime: ToolRuntime,
     ) -> Command[Any]:
         task_id = runtime.tool_call_id or f"task-{uuid.uuid4().hex[:12]}"
+        # Model-written labels: bounded before they reach events, state and logs.
+        description = " ".join(description.split())[:_LABEL_LIMIT]
+        subagent_type = subagent_type.strip()[:_LABEL_LIMIT]
         emit = _safe_emit(runtime)
         parent = ParentContext.from_run(runtime.config, runtime.state)
         run_id = current_run_id(runtime.config)

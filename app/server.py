@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 
-from app.routes import health
+from app.routes import health, whoami
 
 __all__ = ["app"]
 
-app = Starlette(routes=[*health.routes])
+app = Starlette(routes=[*health.routes, *whoami.routes])

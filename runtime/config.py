@@ -17,18 +17,36 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "BUILTIN_SUBAGENT_TYPES",
     "ENV_OVERRIDES",
     "PROJECT_ROOT",
+    "ApiKeyEntry",
+    "AuthConfig",
+    "CircuitBreakerConfig",
     "ConfigError",
+    "JwtAuthConfig",
+    "LLMErrorHandlingConfig",
     "ModelConfig",
+    "PiiRedactionConfig",
+    "ReadBeforeWriteConfig",
+    "SafetyFinishReasonConfig",
     "Settings",
     "SubagentTypeConfig",
     "SubagentsConfig",
     "ToolConfig",
+    "ToolOutputConfig",
+    "VerificationConfig",
     "aget_settings",
     "config_path",
     "get_settings",
@@ -88,10 +106,171 @@ class DatabaseConfig(_Section):
     uri: str | None = None
 
 
-class AuthConfig(_Section):
-    """Authentication mode and its settings."""
+AuthMode = Literal["none", "jwt", "api_key"]
+StudioPolicy = Literal["local", "isolated", "deny"]
 
-    mode: Literal["none", "jwt", "api_key"] | None = None
+_HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
+_PUBLIC_KEY_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
+_MIN_SECRET_LENGTH = 32
+
+
+class JwtAuthConfig(_Section):
+    """Bearer JWT verification: a shared secret (HS*) and/or public keys (RS*/ES*/PS*/EdDSA)."""
+
+    secret: SecretStr | None = Field(
+        default=None, description="HS256 shared secret; env DEERFLOW_AUTH_JWT_SECRET"
+    )
+    public_key: str | None = Field(default=None, description="PEM public key (RS*/ES*/PS*/EdDSA)")
+    jwks_url: str | None = Field(
+        default=None, description="JWKS endpoint, fetched async, cached; env DEERFLOW_AUTH_JWKS_URL"
+    )
+    jwks_cache_seconds: int = Field(default=300, ge=1, le=86400)
+    algorithms: list[str] | None = Field(
+        default=None, description="allowed algs; default HS256 (secret), RS256+ES256 (keys)"
+    )
+    issuer: str | None = None
+    audience: list[str] | None = None
+    leeway_seconds: int = Field(default=30, ge=0, le=300)
+    require_exp: bool = True
+    identity_claim: str = Field(default="sub", min_length=1)
+    roles_claim: str | None = "roles"
+    permissions_claim: str | None = "permissions"
+    display_name_claim: str | None = "name"
+
+    @field_validator("audience", mode="before")
+    @classmethod
+    def _audience_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("secret")
+    @classmethod
+    def _secret_length(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < _MIN_SECRET_LENGTH:
+            raise ValueError(f"must be at least {_MIN_SECRET_LENGTH} characters")
+        return value
+
+    @field_validator("public_key")
+    @classmethod
+    def _public_key_pem(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+        try:
+            load_pem_public_key(value.strip().encode("ascii"))
+        except (ValueError, UnicodeEncodeError) as exc:
+            raise ValueError("is not a PEM public key") from exc
+        return value.strip()
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _jwks_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("https://", "http://")):
+            raise ValueError("must be an http(s) URL")
+        return value
+
+    @property
+    def has_key_material(self) -> bool:
+        return bool(self.secret or self.public_key or self.jwks_url)
+
+    def allowed_algorithms(self) -> list[str]:
+        """The configured algorithms, or the defaults for the configured keys."""
+        if self.algorithms is not None:
+            return list(self.algorithms)
+        result: list[str] = []
+        if self.secret is not None:
+            result.append("HS256")
+        if self.public_key or self.jwks_url:
+            result.extend(["RS256", "ES256"])
+        return result
+
+    @model_validator(mode="after")
+    def _algorithms_match_keys(self) -> JwtAuthConfig:
+        for alg in self.algorithms or []:
+            if alg in _HMAC_ALGORITHMS:
+                if self.secret is None:
+                    raise ValueError(f"algorithms: {alg} needs jwt.secret")
+            elif alg in _PUBLIC_KEY_ALGORITHMS:
+                if not (self.public_key or self.jwks_url):
+                    raise ValueError(f"algorithms: {alg} needs jwt.public_key or jwt.jwks_url")
+            else:
+                raise ValueError(f"algorithms: {alg!r} is not supported")
+        return self
+
+
+class ApiKeyEntry(_Section):
+    """One static API key, stored only as the SHA-256 hex digest of the key."""
+
+    identity: str = Field(min_length=1, max_length=256)
+    sha256: str = Field(description="hex SHA-256 of the key (python -m auth new-api-key)")
+    display_name: str | None = None
+    roles: list[str] = Field(default_factory=list)
+    permissions: list[str] = Field(default_factory=list)
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex_digest(cls, value: str) -> str:
+        value = value.strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError("must be 64 hex characters (the SHA-256 of the key, not the key)")
+        return value
+
+    @field_validator("identity")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        from auth.identity import is_reserved_identity
+
+        if is_reserved_identity(value):
+            raise ValueError(f"{value!r} is reserved for the server")
+        return value
+
+
+class AuthConfig(_Section):
+    """Authentication mode and its settings (see the README's "Auth" section)."""
+
+    mode: AuthMode | None = Field(
+        default=None, description="env DEERFLOW_AUTH_MODE; unset: jwt if jwt keys, else none"
+    )
+    jwt: JwtAuthConfig = Field(default_factory=JwtAuthConfig)
+    api_keys: list[ApiKeyEntry] = Field(default_factory=list)
+    studio: StudioPolicy | None = Field(
+        default=None, description="LangGraph Studio user: local (mode none), isolated, deny"
+    )
+
+    @property
+    def effective_mode(self) -> AuthMode:
+        """``mode``, else ``jwt`` when JWT keys are configured, else ``none``."""
+        if self.mode is not None:
+            return self.mode
+        return "jwt" if self.jwt.has_key_material else "none"
+
+    @property
+    def studio_policy(self) -> StudioPolicy:
+        """``studio``, else ``local`` in mode ``none`` and ``deny`` otherwise."""
+        if self.studio is not None:
+            return self.studio
+        return "local" if self.effective_mode == "none" else "deny"
+
+    @model_validator(mode="after")
+    def _mode_requirements(self) -> AuthConfig:
+        mode = self.effective_mode
+        if mode == "jwt" and not self.jwt.has_key_material:
+            raise ValueError(
+                "mode jwt needs jwt.secret (or DEERFLOW_AUTH_JWT_SECRET), "
+                "jwt.public_key or jwt.jwks_url"
+            )
+        if mode == "jwt" and not self.jwt.allowed_algorithms():
+            raise ValueError("jwt.algorithms: no algorithm is allowed")
+        if mode == "api_key" and not self.api_keys:
+            raise ValueError("mode api_key needs at least one api_keys entry")
+        digests = [entry.sha256 for entry in self.api_keys]
+        if len(set(digests)) != len(digests):
+            raise ValueError("api_keys: two entries have the same sha256")
+        if self.studio == "local" and mode != "none":
+            raise ValueError(f"studio: 'local' is only valid with mode none (mode is {mode})")
+        return self
 
 
 class SandboxConfig(_Section):
@@ -162,6 +341,18 @@ class SubagentsConfig(_Section):
         return types
 
 
+class ReadBeforeWriteConfig(_Section):
+    """ReadBeforeWriteMiddleware (spec 13): writes to existing files need a fresh read."""
+
+    enabled: bool = True
+    elide_blocked_payloads: bool = Field(
+        default=True, description="hide blocked write payloads from later model requests"
+    )
+    elide_min_chars: int = Field(
+        default=256, ge=0, description="payloads shorter than this stay visible"
+    )
+
+
 class ToolConfig(BaseModel):
     """One tool: ``use`` names a ``BaseTool`` (or a zero-argument factory of one)."""
 
@@ -178,6 +369,92 @@ class ExtensionsConfig(_Section):
     middlewares: list[str | dict[str, Any]] = Field(default_factory=list)
 
 
+class ToolOutputConfig(_Section):
+    """ToolOutputBudgetMiddleware: how much tool output reaches the model inline."""
+
+    enabled: bool = True
+    max_chars: int = Field(
+        default=20_000, ge=1_000, description="model-bound text budget per result"
+    )
+    head_chars: int = Field(default=3_000, ge=0)
+    tail_chars: int = Field(default=2_000, ge=0)
+    storage_subdir: str = Field(default=".tool-results", min_length=1)
+    exempt_tools: list[str] = Field(default_factory=list)
+    inline_fallback_max_chars: int = Field(
+        default=100_000, ge=1_000, description="kept inline when the output cannot be saved"
+    )
+    elide_superseded_writes: bool = True
+    superseded_write_min_chars: int = Field(default=2_000, ge=0)
+    keep_recent_writes: int = Field(default=1, ge=0)
+
+    @field_validator("storage_subdir")
+    @classmethod
+    def _relative_subdir(cls, value: str) -> str:
+        parts = value.replace("\\", "/").split("/")
+        if value.startswith("/") or any(p in {"", ".", ".."} for p in parts):
+            raise ValueError("must be a relative directory name inside outputs (no '..')")
+        return value
+
+
+PiiDetector = Literal["email", "phone", "credit_card", "ssn", "ipv4", "iban"]
+PII_DETECTORS: tuple[str, ...] = ("email", "phone", "credit_card", "ssn", "ipv4", "iban")
+
+
+class PiiRedactionConfig(_Section):
+    """PiiRedactionMiddleware (off by default): regex detectors, irreversible placeholders."""
+
+    enabled: bool = False
+    detectors: list[PiiDetector] = Field(
+        default_factory=lambda: list(PII_DETECTORS)  # type: ignore[arg-type]
+    )
+    hash_key: str | None = Field(
+        default=None, description="secret mixed into placeholders; set it to resist guessing"
+    )
+
+
+class CircuitBreakerConfig(_Section):
+    """Fast-fail while a provider keeps failing; one probe tests recovery."""
+
+    enabled: bool = True
+    failure_threshold: int = Field(default=5, ge=1)
+    recovery_timeout: float = Field(default=30.0, gt=0)
+
+
+class LLMErrorHandlingConfig(_Section):
+    """LLMErrorHandlingMiddleware: retries, Retry-After, circuit breaker, fallback."""
+
+    enabled: bool = True
+    max_retries: int = Field(default=3, ge=0, le=20)
+    base_delay: float = Field(default=1.0, ge=0)
+    max_delay: float = Field(default=30.0, ge=0)
+    retry_after_max_seconds: float = Field(default=86_400.0, ge=0, le=86_400.0)
+    circuit_breaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
+
+
+class VerificationConfig(_Section):
+    """Tool receipts (ToolReceiptMiddleware) and their hidden ledger."""
+
+    receipts_enabled: bool = True
+    receipt_ledger_max_chars: int = Field(default=2_000, ge=200)
+
+
+class SafetyFinishReasonConfig(_Section):
+    """SafetyFinishReasonMiddleware (off by default)."""
+
+    enabled: bool = False
+    finish_reasons: list[str] = Field(
+        default_factory=lambda: [
+            "content_filter",
+            "safety",
+            "refusal",
+            "recitation",
+            "prohibited_content",
+            "blocklist",
+            "spii",
+        ]
+    )
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -190,8 +467,14 @@ class Settings(_Section):
         default=None, description="None means the built-in default tool set"
     )
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+    read_before_write: ReadBeforeWriteConfig = Field(default_factory=ReadBeforeWriteConfig)
     extensions: ExtensionsConfig = Field(default_factory=ExtensionsConfig)
     plugins: list[str] = Field(default_factory=list)
+    tool_output: ToolOutputConfig = Field(default_factory=ToolOutputConfig)
+    pii_redaction: PiiRedactionConfig = Field(default_factory=PiiRedactionConfig)
+    llm_error_handling: LLMErrorHandlingConfig = Field(default_factory=LLMErrorHandlingConfig)
+    verification: VerificationConfig = Field(default_factory=VerificationConfig)
+    safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
 
     @field_validator("models")
     @classmethod
@@ -222,10 +505,14 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_DATA_ROOT": ("data_root",),
     "DEERFLOW_POSTGRES_URI": ("database", "uri"),
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),
+    "DEERFLOW_AUTH_JWT_SECRET": ("auth", "jwt", "secret"),
+    "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
     "DEERFLOW_SUBAGENTS_ENABLED": ("subagents", "enabled"),
     "DEERFLOW_SUBAGENTS_EXECUTION": ("subagents", "execution"),
     "DEERFLOW_SUBAGENTS_URL": ("subagents", "remote", "url"),
+    "DEERFLOW_READ_BEFORE_WRITE": ("read_before_write", "enabled"),
+    "DEERFLOW_PII_REDACTION_ENABLED": ("pii_redaction", "enabled"),
 }
 
 # Built-in defaults when no config file exists: the offline scripted demo model,

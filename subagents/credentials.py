@@ -62,6 +62,7 @@ class DelegatedUser:
 
     identity: str
     permissions: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
     parent_thread_id: str | None = None
     parent_run_id: str | None = None
 
@@ -70,6 +71,7 @@ class DelegatedUser:
         return {
             "identity": self.identity,
             "permissions": list(self.permissions),
+            "roles": list(self.roles),
             "is_delegated_subagent": True,
             "parent_thread_id": self.parent_thread_id,
             "parent_run_id": self.parent_run_id,
@@ -104,6 +106,7 @@ def mint_delegation_token(
     *,
     ttl_seconds: float,
     permissions: Sequence[str] = (),
+    roles: Sequence[str] = (),
     parent_thread_id: str | None = None,
     parent_run_id: str | None = None,
     now: float | None = None,
@@ -116,6 +119,7 @@ def mint_delegation_token(
     claims = {
         "sub": identity,
         "perm": [str(p) for p in permissions],
+        "roles": [str(r) for r in roles],
         "pt": parent_thread_id,
         "pr": parent_run_id,
         "iat": int(issued),
@@ -148,18 +152,19 @@ def verify_delegation_token(token: str, *, now: float | None = None) -> Delegate
     current = time.time() if now is None else now
     if current >= expires:
         raise DelegationTokenError("expired delegation token")
-    permissions = claims.get("perm")
-    perms = (
-        tuple(p for p in permissions if isinstance(p, str)) if isinstance(permissions, list) else ()
-    )
     parent_thread = claims.get("pt") if isinstance(claims.get("pt"), str) else None
     parent_run = claims.get("pr") if isinstance(claims.get("pr"), str) else None
     return DelegatedUser(
         identity=identity,
-        permissions=perms,
+        permissions=_strings(claims.get("perm")),
+        roles=_strings(claims.get("roles")),
         parent_thread_id=parent_thread,
         parent_run_id=parent_run,
     )
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 def delegation_header(token: str) -> dict[str, str]:

@@ -31,11 +31,13 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.errors import GraphRecursionError
 from langgraph_sdk.client import LangGraphClient
 
+from auth.identity import principal_of
 from runtime.config import ConfigError, Settings
 from subagents.contract import StopReason
 from subagents.credentials import delegation_header, mint_delegation_token
 from subagents.messages import (
     ai_messages,
+    error_ending,
     final_text,
     message_id,
     message_text,
@@ -77,6 +79,7 @@ class ParentContext:
     auth_user: Any = None
     auth_user_id: str | None = None
     permissions: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
     sandbox: Any = None
     thread_data: Any = None
 
@@ -91,28 +94,49 @@ class ParentContext:
             return value if isinstance(value, str) and value else None
 
         permissions = configurable.get("langgraph_auth_permissions")
+        user = configurable.get("langgraph_auth_user")
+        roles = _user_field(user, "roles")
         state_map = state if isinstance(state, Mapping) else {}
         return cls(
             thread_id=text(configurable.get("thread_id")) or text(metadata.get("thread_id")),
             run_id=text(configurable.get("run_id")) or text(metadata.get("run_id")),
-            auth_user=configurable.get("langgraph_auth_user"),
+            auth_user=user,
             auth_user_id=text(configurable.get("langgraph_auth_user_id")),
             permissions=tuple(p for p in permissions if isinstance(p, str))
             if isinstance(permissions, list | tuple)
+            else (),
+            roles=tuple(r for r in roles if isinstance(r, str))
+            if isinstance(roles, list | tuple)
             else (),
             sandbox=state_map.get("sandbox"),
             thread_data=state_map.get("thread_data"),
         )
 
     def identity(self) -> str | None:
-        """The authenticated identity the parent runs as (None without server auth)."""
-        user = self.auth_user
-        found = getattr(user, "identity", None)
-        if found is None and isinstance(user, Mapping):
-            found = user.get("identity")
-        if isinstance(found, str) and found:
+        """The owner the parent's thread was stamped with (None without server auth).
+
+        ``principal_of`` maps the LangGraph Studio user the way the auth
+        handlers do, so the child thread gets the very same owner.
+        """
+        found = principal_of(self.auth_user)
+        if found:
             return found
         return self.auth_user_id
+
+
+def _user_field(user: Any, key: str) -> Any:
+    """A field of the server's user object (a dict, or a proxy with ``get``)."""
+    if user is None:
+        return None
+    if isinstance(user, Mapping):
+        return user.get(key)
+    getter = getattr(user, "get", None)
+    if callable(getter):
+        try:
+            return getter(key)
+        except Exception:
+            return None
+    return getattr(user, key, None)
 
 
 @dataclass(frozen=True)
@@ -339,6 +363,7 @@ class RemoteRunner(SubagentRunner):
             identity,
             ttl_seconds=spec.timeout_seconds + 120,
             permissions=parent.permissions,
+            roles=parent.roles,
             parent_thread_id=parent.thread_id,
             parent_run_id=parent.run_id,
         )
@@ -501,6 +526,10 @@ async def execute_task(
     except Exception as exc:
         logger.warning("subagent task %s failed", spec.task_id, exc_info=True)
         status, error = "failed", _bounded(f"{type(exc).__name__}: {exc}")
+    if status == "completed" and stop_reason is None:
+        failure = error_ending(track.messages)
+        if failure is not None:
+            status, error = "failed", _bounded(failure)
     result = final_text(track.messages)
     if status == "completed" and stop_reason is None:
         stop_reason = stop_reason_of(track.messages)

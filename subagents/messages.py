@@ -8,10 +8,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from middlewares.llm_error_handling import LLM_ERROR_KEY
+from middlewares.terminal_response import RUN_OUTCOME_KEY
 from subagents.contract import STOP_REASONS, StopReason, TokenUsage
 
 __all__ = [
     "ai_messages",
+    "error_ending",
     "final_text",
     "message_id",
     "message_text",
@@ -82,6 +85,26 @@ def final_text(messages: Any) -> str | None:
         text = message_text(message).strip()
         if text:
             return text
+    return None
+
+
+def error_ending(messages: Any) -> str | None:
+    """The error text when the run ended in a marked error fallback, else None.
+
+    LLMErrorHandlingMiddleware answers a failed model call with a fallback
+    message (``deerflow_llm_error``) and TerminalResponseMiddleware replaces a
+    repeated empty answer (``deerflow_run_outcome: "error"``): the run
+    "succeeds" but the subagent failed, and its result must say so.
+    """
+    found = ai_messages(messages)
+    if not found:
+        return None
+    last = found[-1]
+    kwargs = _get(last, "additional_kwargs")
+    if not isinstance(kwargs, Mapping):
+        return None
+    if kwargs.get(LLM_ERROR_KEY) is not None or kwargs.get(RUN_OUTCOME_KEY) == "error":
+        return message_text(last).strip() or "the subagent's model call failed"
     return None
 
 

@@ -73,7 +73,12 @@ def lg_client(lg_server: Any) -> Callable[..., Any]:
 
 @pytest.fixture
 def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
-    """Factory: ``dev_server(env={...}, args=[...])`` starts ``langgraph dev``; stopped at teardown."""
+    """Factory: ``dev_server(env={...}, args=[...])`` starts ``langgraph dev``; stopped at teardown.
+
+    Safe in async tests (it starts in a worker thread when a loop is running: the
+    in-process server's blocking-call detector covers the whole test process).
+    Read the log from async tests with ``await server.alog()``.
+    """
     started: list[DevServer] = []
 
     def start(env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> DevServer:

@@ -7,8 +7,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from auth.tokens import mint_token
 from subagents.contract import (
     KEY_CHILD_RUN_ID,
     KEY_CHILD_THREAD_ID,
@@ -341,3 +343,49 @@ async def test_cancelling_the_parent_run_cancels_its_remote_children(
                 break
             await asyncio.sleep(0.05)
     assert child_run["status"] == "interrupted"
+
+
+async def test_remote_children_belong_to_the_caller_and_stay_hidden_from_others(
+    lg_server: Any, use_config: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    secret = "subagent-test-secret-" + "x" * 40
+    use_config(
+        delegation_config(
+            tmp_path,
+            lead=[ai_tools(task_call("find it")), ai_text("lead done")],
+            worker=[ai_tools(tool_call("echo", text="y")), ai_text("found it")],
+            execution="remote",
+            auth={"mode": "jwt", "jwt": {"secret": secret}},
+        )
+    )
+
+    def user(name: str) -> Any:
+        return streaming_client(
+            lg_server, headers={"Authorization": f"Bearer {mint_token(secret, name)}"}
+        )
+
+    alice, bob = user("alice"), user("bob")
+    thread_id = (await alice.threads.create())["thread_id"]
+    values = await alice.runs.wait(thread_id, "lead_agent", input=USER_INPUT)
+    (result,) = tool_results(values)
+    kwargs = result["additional_kwargs"]
+    assert kwargs[KEY_STATUS] == "completed", result["content"]
+    child_thread, child_run = kwargs[KEY_CHILD_THREAD_ID], kwargs[KEY_CHILD_RUN_ID]
+
+    child = await alice.threads.get(child_thread)
+    assert child["metadata"]["owner"] == "alice"
+    assert child["metadata"]["deerflow_parent_thread_id"] == thread_id
+    assert (await alice.runs.get(child_thread, child_run))["status"] == "success"
+    linked = await alice.threads.search(metadata={"deerflow_parent_thread_id": thread_id})
+    assert [t["thread_id"] for t in linked] == [child_thread]
+
+    for attempt in (bob.threads.get(child_thread), bob.runs.get(child_thread, child_run)):
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await attempt
+        assert refused.value.response.status_code == 404
+    assert await bob.threads.search(metadata={"deerflow_parent_thread_id": thread_id}) == []
+
+    forged = streaming_client(lg_server, headers={"Authorization": "DeerflowDelegation dfd1.e30.x"})
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await forged.threads.search()
+    assert refused.value.response.status_code == 401

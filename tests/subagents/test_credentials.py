@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
+from pathlib import Path
 
+import pytest
+from langgraph_sdk import Auth
+
+from auth.authenticate import authenticate_request
 from subagents.credentials import (
     DELEGATION_SCHEME,
     SECRET_ENV,
@@ -13,6 +18,7 @@ from subagents.credentials import (
     mint_delegation_token,
     verify_delegation_token,
 )
+from tests.support.scripted import ai_text, write_config
 
 
 def test_round_trip() -> None:
@@ -68,3 +74,43 @@ def test_header_helpers() -> None:
         authenticate_delegation(f"{DELEGATION_SCHEME} forged")
     with pytest.raises(ValueError):
         mint_delegation_token("", ttl_seconds=1)
+
+
+@pytest.fixture
+def jwt_config(tmp_path: Path, use_config: Callable[[Path], Path]) -> None:
+    use_config(
+        write_config(tmp_path, [ai_text("x")], auth={"mode": "jwt", "jwt": {"secret": "j" * 40}})
+    )
+
+
+async def test_the_auth_handler_accepts_delegation_tokens(jwt_config: None) -> None:
+    token = mint_delegation_token(
+        "alice", ttl_seconds=60, roles=["analyst"], permissions=["p"], parent_thread_id="t"
+    )
+    user = await authenticate_request(
+        authorization=f"{DELEGATION_SCHEME} {token}", headers={}, path="/threads", method="POST"
+    )
+    assert user["identity"] == "alice"
+    assert user["roles"] == ["analyst"]
+    assert user["permissions"] == ["p"]
+    assert user["delegated_subagent"] is True
+    assert user["parent_thread_id"] == "t"
+    for bad in (f"{DELEGATION_SCHEME} nope", f"{DELEGATION_SCHEME} {token[:-3]}abc"):
+        with pytest.raises(Auth.exceptions.HTTPException) as refused:
+            await authenticate_request(
+                authorization=bad, headers={}, path="/threads", method="POST"
+            )
+        assert refused.value.status_code == 401
+
+
+async def test_mode_none_outside_dev_refuses_even_delegation_tokens(
+    tmp_path: Path, use_config: Callable[[Path], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_config(write_config(tmp_path, [ai_text("x")], auth={"mode": "none"}))
+    monkeypatch.setenv("LANGSMITH_LANGGRAPH_API_VARIANT", "production")
+    token = mint_delegation_token("alice", ttl_seconds=60)
+    with pytest.raises(Auth.exceptions.HTTPException) as refused:
+        await authenticate_request(
+            authorization=f"{DELEGATION_SCHEME} {token}", headers={}, path="/threads", method="POST"
+        )
+    assert refused.value.status_code == 403

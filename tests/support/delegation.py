@@ -49,6 +49,7 @@ def delegation_config(
     *,
     extra_models: list[dict[str, Any]] | None = None,
     tools: list[dict[str, str]] | None = None,
+    auth: dict[str, Any] | None = None,
     **subagents: Any,
 ) -> Path:
     """A config whose default model ``lead`` plays ``lead`` and ``worker`` plays ``worker``.
@@ -58,9 +59,11 @@ def delegation_config(
     models = [scripted_model_entry(lead, name="lead")]
     models.append(scripted_model_entry(worker or [{"content": "worker done"}], name="worker"))
     models.extend(extra_models or [])
-    section = {"model": "worker", **subagents}
+    sections: dict[str, Any] = {"subagents": {"model": "worker", **subagents}}
+    if auth is not None:
+        sections["auth"] = auth
     return write_config(
-        directory, models=models, tools=TEST_TOOLS if tools is None else tools, subagents=section
+        directory, models=models, tools=TEST_TOOLS if tools is None else tools, **sections
     )
 
 

@@ -9,7 +9,10 @@ internals; its version range is pinned in ``pyproject.toml``).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import json
 import os
 import signal
@@ -27,6 +30,7 @@ from langgraph_sdk.client import LangGraphClient
 __all__ = [
     "PROJECT_ROOT",
     "DevServer",
+    "RequestScopedASGITransport",
     "asgi_client",
     "free_port",
     "in_process_server",
@@ -110,10 +114,24 @@ async def in_process_server(overrides: Mapping[str, Any] | None = None) -> Async
         yield app
 
 
+class RequestScopedASGITransport(httpx.ASGITransport):
+    """Runs each request in its own task and context, as a real server does.
+
+    The server keeps the authenticated user in a ContextVar that it never
+    resets; over a plain ``ASGITransport`` the app runs in the caller's task,
+    so one request's user would leak into the next request of another client.
+    """
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await asyncio.create_task(
+            super().handle_async_request(request), context=contextvars.copy_context()
+        )
+
+
 def asgi_client(app: Any, *, headers: Mapping[str, str] | None = None) -> LangGraphClient:
     """A ``langgraph_sdk`` client that talks to ``app`` over ASGI (auth enforced)."""
     http = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app),
+        transport=RequestScopedASGITransport(app=app),
         base_url="http://deerflow.test",
         headers=dict(headers or {}),
         timeout=60,
@@ -149,6 +167,21 @@ class DevServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> DevServer:
+        """Start and wait for ``/ok``; safe to call from an async test.
+
+        Once the in-process server has started, its BlockBuster guards this
+        whole process: blocking calls (subprocess, sleep) made on the event
+        loop's thread raise. So when a loop is running, start in a worker
+        thread and wait for it (waiting on a thread is allowed).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._start(timeout)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(self._start, timeout).result()
+
+    def _start(self, timeout: float) -> DevServer:
         env = {**os.environ, **self.env}
         env.update(
             LANGGRAPH_CLI_NO_ANALYTICS="1",
@@ -190,6 +223,15 @@ class DevServer:
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"langgraph dev did not answer /ok on {self.url}:\n{self.log()}")
+
+    async def astart(self, timeout: float = 60.0) -> DevServer:
+        """``start`` in a worker thread: the in-process server's blocking-call
+        detector (blockbuster) is active in the test process, and starting a
+        subprocess and polling it block."""
+        return await asyncio.to_thread(self.start, timeout)
+
+    async def alog(self) -> str:
+        return await asyncio.to_thread(self.log)
 
     def log(self) -> str:
         try:

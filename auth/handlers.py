@@ -1,0 +1,173 @@
+"""The project's ``langgraph_sdk.Auth``, registered in ``langgraph.json``.
+
+Authentication is in ``auth.authenticate``; this module holds authorization:
+
+- threads (and the runs on them), crons: the owner is stamped on create
+  (``metadata.owner``, always the caller: a forged owner is overwritten);
+  read, search, update and delete are filtered to the owner, so another
+  user's thread answers 404.
+- assistants: the server's own assistants for the registered graphs
+  (``metadata.created_by == "system"``) are visible to everyone and modifiable
+  by no user; user-created ones belong to their creator. ``created_by`` can
+  never be set by a caller.
+- store: every namespace is forced under the caller's safe id.
+- anything else: denied (the global default-deny handler).
+
+Every handler first resolves the caller (``auth.access.resolve_caller``): it refuses everything in
+mode ``none`` outside ``langgraph dev``, applies the Studio policy to the
+LangGraph Studio user, and refuses the anonymous ``/health`` caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from typing import Any
+
+from langgraph_sdk import Auth
+
+from auth.access import OWNER_KEY, Caller, resolve_caller
+from auth.authenticate import authenticate_request, log_startup_status
+from auth.hygiene import sanitize_run_kwargs, strip_reserved
+
+__all__ = ["OWNER_KEY", "SYSTEM_CREATOR", "auth"]
+
+logger = logging.getLogger("deerflow.auth")
+
+SYSTEM_CREATOR = "system"
+# Metadata keys only the server writes.
+_PROTECTED_METADATA = (OWNER_KEY, "created_by")
+
+auth = Auth()
+
+log_startup_status()
+
+
+@auth.authenticate
+async def authenticate(
+    authorization: str | None,
+    headers: dict[bytes, bytes],
+    path: str,
+    method: str,
+) -> dict[str, Any]:
+    return await authenticate_request(
+        authorization=authorization, headers=headers, path=path, method=method
+    )
+
+
+def _metadata(value: MutableMapping[str, Any], key: str = "metadata") -> MutableMapping[str, Any]:
+    """The value's metadata dict, created in place when absent."""
+    metadata = value.get(key)
+    if not isinstance(metadata, MutableMapping):
+        metadata = {}
+        value[key] = metadata
+    return metadata
+
+
+def _protect(metadata: Any) -> None:
+    """Drop server-owned keys from caller metadata (no forged owner or system creator)."""
+    if isinstance(metadata, MutableMapping):
+        for key in _PROTECTED_METADATA:
+            metadata.pop(key, None)
+
+
+def _stamp_owner(value: MutableMapping[str, Any], caller: Caller) -> None:
+    metadata = _metadata(value)
+    _protect(metadata)
+    metadata[OWNER_KEY] = caller.principal
+
+
+@auth.on
+async def deny_unhandled(ctx: Auth.types.AuthContext, value: Any) -> bool:
+    """Default deny: a resource or action without a handler below is refused."""
+    logger.warning("denied unhandled %s.%s", ctx.resource, ctx.action)
+    return False
+
+
+@auth.on.threads
+async def on_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType | bool:
+    """Threads and the runs on them: the owner only."""
+    caller = await resolve_caller(ctx.user)
+    action = ctx.action
+    if action == "create":
+        _stamp_owner(value, caller)
+    elif action == "create_run":
+        _stamp_owner(value, caller)
+        kwargs = value.get("kwargs")
+        if isinstance(kwargs, MutableMapping):
+            config = kwargs.get("config")
+            if isinstance(config, MutableMapping):
+                _protect(config.get("metadata"))
+            removed = sanitize_run_kwargs(kwargs, user_id=caller.principal)
+            if removed:
+                logger.info("run input hygiene removed %s", ", ".join(sorted(removed)))
+    elif action == "update":
+        _protect(value.get("metadata"))
+    elif action not in ("read", "delete", "search"):
+        return False
+    return caller.owner_filter
+
+
+@auth.on.assistants
+async def on_assistants(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType | bool:
+    """System assistants: readable by all, modifiable by none. Others: their creator."""
+    caller = await resolve_caller(ctx.user)
+    action = ctx.action
+    if action in ("read", "search"):
+        visible: Any = {"$or": [caller.owner_filter, {"created_by": SYSTEM_CREATOR}]}
+        return visible
+    if action == "create":
+        _stamp_owner(value, caller)
+    elif action == "update":
+        _protect(value.get("metadata"))
+    elif action != "delete":
+        return False
+    if action in ("create", "update"):
+        config = value.get("config")
+        if isinstance(config, MutableMapping):
+            strip_reserved(config.get("configurable"))
+            _protect(config.get("metadata"))
+        strip_reserved(value.get("context"))
+    return caller.owner_filter
+
+
+@auth.on.crons
+async def on_crons(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType | bool:
+    """Crons: the owner only. Studio users cannot create them (see README)."""
+    caller = await resolve_caller(ctx.user)
+    action = ctx.action
+    if action == "create":
+        if caller.studio:
+            raise Auth.exceptions.HTTPException(
+                status_code=403,
+                detail="LangGraph Studio cannot create crons; use an authenticated client",
+            )
+        payload = value.get("payload")
+        if isinstance(payload, MutableMapping):
+            config = payload.get("config")
+            if isinstance(config, MutableMapping):
+                _protect(config.get("metadata"))
+            _protect(payload.get("metadata"))
+            sanitize_run_kwargs(payload)
+        # After the payload: the server may share one dict for both metadata fields.
+        _stamp_owner(value, caller)
+    elif action == "update":
+        _protect(value.get("metadata"))
+        payload = value.get("payload")
+        if isinstance(payload, MutableMapping):
+            sanitize_run_kwargs(payload)
+    elif action not in ("read", "delete", "search"):
+        return False
+    return caller.owner_filter
+
+
+@auth.on.store
+async def on_store(ctx: Auth.types.AuthContext, value: Any) -> None:
+    """Force every namespace under ``(caller's safe id, ...)``, whatever was asked."""
+    caller = await resolve_caller(ctx.user)
+    root = caller.safe_id
+    namespace = value.get("namespace")
+    labels = tuple(namespace) if namespace else ()
+    if not labels or labels[0] != root:
+        labels = (root, *labels)
+    value["namespace"] = labels

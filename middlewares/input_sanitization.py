@@ -1,0 +1,147 @@
+"""InputSanitizationMiddleware (spec 000, number 1): caller markers made inert.
+
+A user can type ``<system-reminder>`` or ``<|im_start|>system`` into a message
+and hope the model reads it as trusted framework context. This middleware is
+the outermost model wrapper, so every inner middleware (including LLM retries)
+sees the sanitised request: in every genuine user message of every turn,
+reserved markers are neutralised (escaped, never stripped) and the text is
+wrapped in an ``<untrusted_input>`` envelope flagged ``untrusted_input`` in
+``additional_kwargs``. Only the model-bound request changes; state keeps what
+the user sent, so no provenance stamp is needed.
+
+Genuine user messages are ``HumanMessage``s without server provenance
+(``deerflow_producer_kind``): server-injected context carries that stamp, and
+the auth layer strips caller-supplied provenance before a run starts.
+
+``additional_kwargs["original_user_content"]`` is server-owned: a valid string
+is kept (first writer wins); any other value is replaced by the message's text
+before wrapping, and a wrapped message without one gets its pre-wrap text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
+from langchain_core.messages import AnyMessage, HumanMessage
+
+from middlewares.untrusted_content import neutralize_untrusted_tags_counted
+
+__all__ = [
+    "ORIGINAL_USER_CONTENT_KEY",
+    "UNTRUSTED_INPUT_KEY",
+    "InputSanitizationMiddleware",
+    "is_genuine_user_message",
+    "sanitize_user_message",
+]
+
+ORIGINAL_USER_CONTENT_KEY = "original_user_content"
+UNTRUSTED_INPUT_KEY = "untrusted_input"
+PROVENANCE_KEYS = ("deerflow_producer_kind", "deerflow_content_kind")
+
+_OPEN = '<untrusted_input source="user">'
+_CLOSE = "</untrusted_input>"
+
+
+def is_genuine_user_message(message: Any) -> bool:
+    """A human message the caller wrote (no server provenance stamp)."""
+    if not isinstance(message, HumanMessage):
+        return False
+    kwargs = message.additional_kwargs or {}
+    return not any(isinstance(kwargs.get(key), str) and kwargs.get(key) for key in PROVENANCE_KEYS)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+        return "".join(parts)
+    return ""
+
+
+def sanitize_user_message(message: HumanMessage) -> HumanMessage:
+    """The model-bound view of one genuine user message (the same object if clean)."""
+    kwargs = dict(message.additional_kwargs or {})
+    original = kwargs.get(ORIGINAL_USER_CONTENT_KEY)
+    changed_kwargs = False
+    if ORIGINAL_USER_CONTENT_KEY in kwargs and not isinstance(original, str):
+        kwargs[ORIGINAL_USER_CONTENT_KEY] = _text_of(message.content)
+        changed_kwargs = True
+
+    content = message.content
+    count = 0
+    new_content: Any = content
+    if isinstance(content, str):
+        cleaned, count = neutralize_untrusted_tags_counted(content)
+        if count:
+            new_content = f"{_OPEN}\n{cleaned}\n{_CLOSE}"
+    elif isinstance(content, list):
+        blocks: list[Any] = []
+        for block in content:
+            if isinstance(block, str):
+                cleaned, found = neutralize_untrusted_tags_counted(block)
+                count += found
+                blocks.append(cleaned)
+            elif (
+                isinstance(block, dict)
+                and block.get("type") == "text"
+                and isinstance(block.get("text"), str)
+            ):
+                cleaned, found = neutralize_untrusted_tags_counted(block["text"])
+                count += found
+                blocks.append({**block, "text": cleaned} if found else block)
+            else:
+                blocks.append(block)
+        if count:
+            new_content = [
+                {"type": "text", "text": _OPEN},
+                *blocks,
+                {"type": "text", "text": _CLOSE},
+            ]
+    if not count and not changed_kwargs:
+        return message
+    if count:
+        if not isinstance(kwargs.get(ORIGINAL_USER_CONTENT_KEY), str):
+            kwargs[ORIGINAL_USER_CONTENT_KEY] = _text_of(content)
+        kwargs[UNTRUSTED_INPUT_KEY] = {"neutralized_markers": count}
+    return message.model_copy(update={"content": new_content, "additional_kwargs": kwargs})
+
+
+class InputSanitizationMiddleware(AgentMiddleware[Any, Any]):
+    """Neutralise caller-typed framework markers in the model-bound request."""
+
+    def _sanitize(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        messages: list[AnyMessage] = []
+        changed = False
+        for message in request.messages:
+            if is_genuine_user_message(message):
+                clean = sanitize_user_message(message)  # type: ignore[arg-type]
+                changed = changed or clean is not message
+                messages.append(clean)
+            else:
+                messages.append(message)
+        return request.override(messages=messages) if changed else request
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        return handler(self._sanitize(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        return await handler(self._sanitize(request))

@@ -1,0 +1,1091 @@
+"""SandboxAuditMiddleware (spec 12): audit and classify ``bash`` commands before they run.
+
+Classification is **defence in depth and an audit trail, not a security
+boundary**: the sandbox is the isolation boundary. Every ``bash`` call is
+logged with its verdict; ``block`` refuses the call with an error
+``ToolMessage``; ``warn`` runs it and annotates the result.
+
+How a command is judged (``_classify_command``):
+
+- **Pass 1, whole command.** Rules that span a pipe or several statements
+  (``| sh``, ``base64 -d | ...``, fork bombs) are matched against the whole
+  command, and so are the two *position-blind* contexts that execute their
+  input wherever it sits: an ``eval``/``source`` argument, and an interpreter
+  code-string flag (``-c`` for shells and ``python``, ``-e`` for
+  ``perl``/``ruby``/``node``, ``-p`` for ``perl``/``node``, ``-r`` for ``php``)
+  or a here-string (``<<<``) feeding an interpreter.
+- **Pass 2, per sub-command.** ``_split_compound_command(split_pipes=True)``
+  cuts the command at ``;``, ``&&``, ``||``, ``&``, ``|`` and unquoted
+  newlines. Command substitution is judged by *position*: the anchored
+  ``_HIGH_RISK_COMMAND_POSITION_PATTERNS`` block a risky substitution only where
+  its output becomes the command that runs (``$(curl u)``, ``FOO=1 $(curl u)``,
+  ``env $(curl u)``, the word after ``|``). In value position (``x=$(curl u)``,
+  ``echo $(curl u)``, a ``for`` word list) it only captures output and passes.
+- **Heredoc bodies are data**: the splitter records ``<<EOF``/``<<-EOF``/
+  ``<<'EOF'`` headers and consumes their bodies verbatim, so a body line is never
+  a command position. ``<<<`` and a ``<<`` inside ``$(( ))``/``(( ))`` do not
+  open one. A body fed to an interpreter (``bash <<EOF``, ``python3 - <<EOF``)
+  is code, not data, and is judged as such.
+
+This is a heuristic, not a shell parser. Where it is unsure it errs toward
+*more* command positions (more blocks), never fewer. Documented gaps:
+process substitution outside ``eval``/``source`` (``. <(curl u)``,
+``bash <(curl u)``) is not detected, and two-step forms
+(``x=$(curl u); eval "$x"``) would need dataflow analysis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal, NamedTuple
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from middlewares._tool_meta import blocked_tool_message, ensure_tool_meta
+
+__all__ = ["SandboxAuditMiddleware", "Verdict", "classify_command"]
+
+logger = logging.getLogger(__name__)
+
+Verdict = Literal["block", "warn", "pass"]
+
+BASH_TOOL_NAME = "bash"
+
+# Commands longer than this are refused unaudited: classification must stay
+# cheap, and bulk content belongs in write_file, not in a shell command.
+_MAX_COMMAND_CHARS = 65_536
+# Commands above this size are classified off the event loop.
+_OFFLOAD_COMMAND_CHARS = 8_192
+# Shell code nested in shell code (``bash -c``, ``eval``, ``bash <<EOF``) is
+# judged recursively up to this depth; deeper nesting is refused.
+_MAX_NESTING = 4
+_AUDIT_LOG_COMMAND_CHARS = 500
+
+# ---------------------------------------------------------------------------
+# Vocabulary
+# ---------------------------------------------------------------------------
+
+_SHELL = r"(?:ba|z|da|k|mk|a)?sh"
+_INTERPRETER = r"(?:python[\d.]*|pypy[\d.]*|perl|ruby|node|nodejs|php)"
+# Executables whose output is dangerous to *execute*: fetchers, interpreters,
+# decoders. The look-arounds keep ``shasum``, ``ssh``, ``curl-config`` out.
+_RISKY_EXECUTABLE = (
+    rf"(?<![\w.-])(?:curl|wget|aria2c|nc|ncat|netcat|socat|{_SHELL}|{_INTERPRETER}|base64|xxd)"
+    r"(?![\w.-])"
+)
+# One opener for all three substitution spellings, then the substitution's own
+# script up to its first risky executable (a nested ``(`` is allowed once).
+_RISKY_SUBSTITUTION = rf"(?:\$\(|<\(|`)[^()`]*?\(?\s*(?:[\w./-]*/)?{_RISKY_EXECUTABLE}"
+_EXEC_WRAPPERS = r"(?:env|command|builtin|exec|nohup|time|sudo|doas)"
+# An assignment value: quoted strings, simple substitutions, escapes, plain
+# characters. Possessive, so long values cannot make the prefix backtrack.
+_ASSIGNMENT_VALUE = (
+    r"""(?:"(?:[^"\\]|\\.)*"|'[^']*'|\$\([^()]*\)|`[^`]*`|\\.|[^\s"'`\\$]|\$(?!\())*+"""
+)
+# What may precede the command word while keeping it in command position:
+# exec wrappers (with their flags), leading assignments, redirections, and the
+# shell's own grammar words. The assignment branch needs whitespace before the
+# substitution, so ``x=$(curl u)`` stays in value position.
+_COMMAND_POSITION_PREFIX = (
+    r"(?:"
+    rf"{_EXEC_WRAPPERS}(?:\s+-\S*)*\s+"
+    r"|(?:if|then|else|elif|do|while|until)\s+"
+    r"|[!({]\s*"
+    rf"|[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?={_ASSIGNMENT_VALUE}\s+"
+    r"|\d*[<>]{1,2}&?\s*[^\s<>]+\s+"
+    r"){0,8}"
+)
+
+_HIGH_RISK_COMMAND_POSITION_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(rf'^{_COMMAND_POSITION_PREFIX}"?{_RISKY_SUBSTITUTION}'),
+)
+
+_RISKY_SUBSTITUTION_RE = re.compile(_RISKY_SUBSTITUTION)
+
+# Pass 1: matched against the whole command (heredoc *data* removed, whitespace
+# collapsed), because they span pipes or statements.
+_PIPE_WRAPPERS = rf"(?:(?:{_EXEC_WRAPPERS}|xargs)(?:\s+-\S*)*\s+|[A-Za-z_]\w*=\S*\s+)*"
+_HIGH_RISK_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(rf"(?<!\|)\|(?!\|)&?\s*{_PIPE_WRAPPERS}(?:[\w./-]*/)?{_SHELL}(?![\w.-])"),
+        "pipes data into a shell",
+    ),
+    (
+        re.compile(
+            rf"(?<!\|)\|(?!\|)&?\s*{_PIPE_WRAPPERS}(?:[\w./-]*/)?{_INTERPRETER}(?:\s+-[A-Za-z]+)*(?:\s+-)?\s*"
+            r"(?=$|[;&|)]|\d*[<>])"
+        ),
+        "pipes data into an interpreter reading its program from stdin",
+    ),
+    (
+        re.compile(r"(?<![\w])(?P<fn>[\w:]+)\s*\(\)\s*\{[^}]{0,256}?(?P=fn)\s*\|\s*(?P=fn)\s*&"),
+        "fork bomb",
+    ),
+    (
+        re.compile(r"\bwhile\s+(?:true|:|1)\s*;?\s*do\b[^;]*&\s*(?:;\s*)?done\b"),
+        "endless background spawning loop",
+    ),
+)
+
+# Pass 2, searched within each sub-command: destructive or secret-leaking.
+_DESTRUCTIVE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?<![\w.-])mkfs(?:\.\w+)?(?![\w-])"), "formats a filesystem"),
+    (
+        re.compile(
+            r">{1,2}\|?\s*[\"']?/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d)"
+        ),
+        "overwrites a block device",
+    ),
+    (re.compile(r"/etc/(?:shadow|gshadow|sudoers)\b"), "touches system credential files"),
+    (
+        re.compile(r"/proc/(?:\d+|self|\$\$|\$\{?PPID\}?|\*)/environ\b"),
+        "reads a process environment",
+    ),
+    (
+        re.compile(r"(?<![\w])(?:LD_PRELOAD|LD_AUDIT|LD_LIBRARY_PATH)\s*="),
+        "hijacks the dynamic linker",
+    ),
+    (re.compile(r"/dev/(?:tcp|udp)/"), "opens a raw network socket through bash"),
+    (
+        re.compile(r">{1,2}\|?\s*[\"']?/(?:etc|usr|bin|sbin|boot|lib|lib64)/"),
+        "overwrites system files",
+    ),
+    (
+        re.compile(r"(?<![\w.-])tee\s+(?:-\S+\s+)*[\"']?/(?:etc|usr|bin|sbin|boot|lib|lib64)/"),
+        "overwrites system files",
+    ),
+    (
+        re.compile(
+            r">{1,2}\s*[\"']?(?:~|\$HOME|\$\{HOME\})/\.(?:bashrc|bash_profile|bash_login|profile|zshrc|zprofile|zshenv)\b"
+        ),
+        "overwrites shell startup files",
+    ),
+)
+
+_MEDIUM_RISK_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"(?<![\w.-])chmod\s+(?:-\S+\s+)*(?:0?777|a\+rwx|ugo\+rwx)(?![\w])"),
+        "makes files world-writable",
+    ),
+    (
+        re.compile(r"(?<![\w.-])(?:pip[\d.]*|uv\s+pip|python[\d.]*\s+-m\s+pip)\s+install\b"),
+        "installs Python packages",
+    ),
+    (
+        re.compile(
+            r"(?<![\w.-])(?:apt|apt-get|yum|dnf|apk|zypper|brew|pacman)\s+(?:-\S+\s+)*(?:install|add|-S)\b"
+        ),
+        "installs system packages",
+    ),
+    (re.compile(r"(?<![\w.-])(?:sudo|su|doas)(?![\w.-])"), "asks for elevated privileges"),
+    (re.compile(r"(?<![\w$])PATH\+?=|\bexport\s+PATH\b"), "changes PATH"),
+    (re.compile(r"(?<![\w.-])crontab(?![\w.-])"), "edits scheduled jobs"),
+)
+
+# Position-blind contexts (Pass 1): their arguments are executed wherever the
+# substitution sits inside them.
+_EVAL_SOURCE_RE = re.compile(r"(?<![\w./-])(?:eval|source)(?=\s)")
+_CODE_STRING_FLAG_RES: tuple[re.Pattern[str], ...] = (
+    re.compile(
+        rf"(?<![\w.-])(?:[\w./-]*/)?(?:{_SHELL}|python[\d.]*|pypy[\d.]*)"
+        r"(?:\s+--?[\w-]+)*?\s+-[A-Za-z]*c[A-Za-z]*(?=[\s\"'$`])"
+    ),
+    re.compile(
+        r"(?<![\w.-])(?:[\w./-]*/)?perl(?:\s+--?[\w-]+)*?\s+-[A-Za-z]*[eEp][A-Za-z]*(?=[\s\"'$`])"
+    ),
+    re.compile(
+        r"(?<![\w.-])(?:[\w./-]*/)?ruby(?:\s+--?[\w-]+)*?\s+-[A-Za-z]*e[A-Za-z]*(?=[\s\"'$`])"
+    ),
+    re.compile(
+        r"(?<![\w.-])(?:[\w./-]*/)?(?:node|nodejs)(?:\s+--?[\w-]+)*?\s+"
+        r"(?:-[A-Za-z]*[ep][A-Za-z]*|--eval|--print)(?=[\s\"'$`=])"
+    ),
+    re.compile(
+        r"(?<![\w.-])(?:[\w./-]*/)?php(?:\s+--?[\w-]+)*?\s+-[A-Za-z]*r[A-Za-z]*(?=[\s\"'$`])"
+    ),
+)
+_HERE_STRING_RE = re.compile(r"<<<")
+
+_SHELL_NAME_RE = re.compile(rf"^{_SHELL}$")
+_INTERPRETER_NAME_RE = re.compile(rf"^{_INTERPRETER}$")
+_WRAPPER_NAMES = frozenset({"env", "command", "builtin", "exec", "nohup", "time", "sudo", "doas"})
+_GRAMMAR_WORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "("})
+_ASSIGNMENT_WORD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=")
+_REDIRECTION_WORD_RE = re.compile(r"^\d*(?:[<>]{1,3}|&>{1,2}|>&|<&)")
+_HARMLESS_DEVICE_RE = re.compile(r"^/dev/(?:null|zero|stdout|stderr|fd/\d+)$")
+_BASE64_DECODE_FLAGS = frozenset({"-d", "-D", "--decode", "-di", "-id"})
+_RM_RECURSIVE_FLAG_RE = re.compile(r"^-[A-Za-z]*[rR][A-Za-z]*$")
+_RM_PROTECTED_TARGET_RE = re.compile(
+    r"^(?:/+\*?|~/?\*?|\$\{?HOME\}?/?\*?|/(?:home|root|etc|usr|bin|sbin|boot|var|lib|lib64|opt|srv|dev|proc|sys|mnt)/?\*?)$"
+)
+
+# A trailing exit marker the bash tool appends ("[exit code: 1]", "Exit code: 1").
+# A warning goes *before* it, so the marker stays the last line.
+_TRAILING_EXIT_MARKER = re.compile(
+    r"(?:(?<=\n)|^)[ \t]*(?:\[[^\[\]\n]*\bexit(?:ed)?(?:[ _]code|[ _]status)?\b[^\[\]\n]*?-?\d+[^\[\]\n]*\]"
+    r"|exit[ _](?:code|status)[ \t]*[:=]?[ \t]*-?\d+)[ \t]*\n?\Z",
+    re.IGNORECASE,
+)
+
+
+class _Classification(NamedTuple):
+    verdict: Verdict
+    reason: str
+
+
+_PASS = _Classification("pass", "")
+
+# ---------------------------------------------------------------------------
+# Splitting
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Heredoc:
+    """One ``<<`` here-document: its header and the body consumed verbatim."""
+
+    delimiter: str
+    strip_tabs: bool
+    quoted: bool
+    body: str = ""
+    terminated: bool = False
+    body_start: int = -1
+    body_end: int = -1
+
+
+@dataclass
+class _Segment:
+    """One sub-command. ``text`` excludes heredoc bodies and line continuations."""
+
+    text: str
+    heredocs: list[_Heredoc] = field(default_factory=list)
+    ended_by: str = ""
+
+    def verbatim(self) -> str:
+        parts = [self.text]
+        for heredoc in self.heredocs:
+            parts.append("\n" + heredoc.body if heredoc.body else "")
+            if heredoc.terminated:
+                parts.append("\n" + heredoc.delimiter)
+        return "".join(parts)
+
+
+@dataclass
+class _Context:
+    kind: Literal["sq", "dq", "sub", "bq", "arith"]
+    depth: int = 0
+
+
+def _parse_heredoc_header(command: str, start: int) -> tuple[_Heredoc, int] | None:
+    """Parse ``<<[-]WORD`` at ``start``; return the heredoc and the index after WORD."""
+    index = start + 2
+    length = len(command)
+    strip_tabs = index < length and command[index] == "-"
+    if strip_tabs:
+        index += 1
+    while index < length and command[index] in " \t":
+        index += 1
+    delimiter: list[str] = []
+    quoted = False
+    while index < length:
+        char = command[index]
+        if char in " \t\n;&|<>()":
+            break
+        if char == "'":
+            quoted = True
+            end = command.find("'", index + 1)
+            end = length if end == -1 else end
+            delimiter.append(command[index + 1 : end])
+            index = end + 1
+            continue
+        if char == '"':
+            quoted = True
+            index += 1
+            while index < length and command[index] != '"':
+                if command[index] == "\\" and index + 1 < length:
+                    index += 1
+                delimiter.append(command[index])
+                index += 1
+            index += 1
+            continue
+        if char == "\\":
+            quoted = True
+            if index + 1 < length:
+                delimiter.append(command[index + 1])
+            index += 2
+            continue
+        delimiter.append(char)
+        index += 1
+    word = "".join(delimiter)
+    if not word:
+        return None
+    return _Heredoc(delimiter=word, strip_tabs=strip_tabs, quoted=quoted), min(index, length)
+
+
+def _consume_heredoc_bodies(command: str, start: int, pending: list[_Heredoc]) -> int:
+    """Consume the bodies of ``pending`` from ``start``; return where scanning resumes.
+
+    An unterminated body consumes the rest of the string (as the shell does).
+    """
+    index = start
+    length = len(command)
+    for heredoc in pending:
+        heredoc.body_start = index
+        lines: list[str] = []
+        while index < length:
+            end = command.find("\n", index)
+            line_end = length if end == -1 else end
+            line = command[index:line_end]
+            candidate = line.lstrip("\t") if heredoc.strip_tabs else line
+            if candidate == heredoc.delimiter:
+                heredoc.terminated = True
+                heredoc.body_end = index
+                index = line_end + 1 if end != -1 else length
+                break
+            lines.append(line)
+            index = line_end + 1 if end != -1 else length
+        else:
+            heredoc.body_end = length
+        if not heredoc.terminated:
+            heredoc.body_end = length
+        heredoc.body = "\n".join(lines)
+    pending.clear()
+    return index
+
+
+def _scan(command: str, *, split_pipes: bool, split_nested: bool) -> list[_Segment]:
+    """Quote-, substitution- and heredoc-aware split of ``command`` into sub-commands.
+
+    ``split_nested`` also splits inside ``$( )``/backticks/``(( ))`` (whose
+    separators start new command positions of the inner script); without it
+    only top-level separators split, which gives a whole command's extent.
+    """
+    segments: list[_Segment] = []
+    current: list[str] = []
+    current_heredocs: list[_Heredoc] = []
+    pending: list[_Heredoc] = []
+    stack: list[_Context] = []
+    length = len(command)
+    index = 0
+
+    def close_segment(separator: str = "") -> None:
+        nonlocal current, current_heredocs
+        text = "".join(current).strip()
+        if text or current_heredocs:
+            segments.append(_Segment(text=text, heredocs=current_heredocs, ended_by=separator))
+        current = []
+        current_heredocs = []
+
+    def top() -> str | None:
+        return stack[-1].kind if stack else None
+
+    arith_open = 0  # arithmetic contexts on the stack (no scan of the stack per char)
+
+    def push(kind: Literal["sq", "dq", "sub", "bq", "arith"]) -> None:
+        nonlocal arith_open
+        stack.append(_Context(kind))
+        arith_open += kind == "arith"
+
+    def pop() -> None:
+        nonlocal arith_open
+        arith_open -= stack.pop().kind == "arith"
+
+    while index < length:
+        char = command[index]
+        kind = top()
+        nxt = command[index + 1] if index + 1 < length else ""
+
+        if kind == "sq":
+            if char == "'":
+                pop()
+            current.append(char)
+            index += 1
+            continue
+
+        if char == "\\":
+            if nxt == "\n":  # line continuation: joins lines, never splits
+                index += 2
+                continue
+            current.append(command[index : index + 2])
+            index += 2
+            continue
+
+        if kind == "dq":
+            if char == '"':
+                pop()
+                current.append(char)
+                index += 1
+            elif command.startswith("$((", index):
+                push("arith")
+                current.append("$((")
+                index += 3
+            elif char == "$" and nxt == "(":
+                push("sub")
+                current.append("$(")
+                index += 2
+            elif char == "`":
+                push("bq")
+                current.append(char)
+                index += 1
+            else:
+                current.append(char)
+                index += 1
+            continue
+
+        # Unquoted, or inside a substitution / backticks / arithmetic.
+        can_split = not stack or split_nested
+        in_arith = arith_open > 0
+
+        if char == "'":
+            push("sq")
+            current.append(char)
+            index += 1
+            continue
+        if char == '"':
+            push("dq")
+            current.append(char)
+            index += 1
+            continue
+        if char == "`":
+            if kind == "bq":
+                pop()
+            else:
+                push("bq")
+            current.append(char)
+            index += 1
+            continue
+        if command.startswith("$((", index):
+            push("arith")
+            current.append("$((")
+            index += 3
+            continue
+        if (
+            char in "$<>"
+            and nxt == "("
+            and not (char == "<" and index > 0 and command[index - 1] == "<")
+        ):
+            push("sub")
+            current.append(char + "(")
+            index += 2
+            continue
+        if kind == "arith":
+            if char == "(":
+                stack[-1].depth += 1
+            elif char == ")":
+                if stack[-1].depth > 0:
+                    stack[-1].depth -= 1
+                elif nxt == ")":
+                    pop()
+                    current.append("))")
+                    index += 2
+                    continue
+                else:
+                    pop()
+        elif char == "(" and nxt == "(" and kind != "bq":
+            push("arith")
+            current.append("((")
+            index += 2
+            continue
+        elif kind == "sub":
+            if char == "(":
+                stack[-1].depth += 1
+            elif char == ")":
+                if stack[-1].depth > 0:
+                    stack[-1].depth -= 1
+                else:
+                    pop()
+
+        if (
+            char == "<"
+            and nxt == "<"
+            and not in_arith
+            and not command.startswith("<", index + 2)
+            and not (index > 0 and command[index - 1] == "<")
+        ):
+            parsed = _parse_heredoc_header(command, index)
+            if parsed is not None:
+                heredoc, end = parsed
+                current.append(command[index:end])
+                current_heredocs.append(heredoc)
+                pending.append(heredoc)
+                index = end
+                continue
+            current.append("<<")
+            index += 2
+            continue
+
+        if char == "\n":
+            resume = _consume_heredoc_bodies(command, index + 1, pending) if pending else index + 1
+            if can_split:
+                close_segment("\n")
+            else:
+                current.append("\n")
+            index = resume
+            continue
+
+        if can_split:
+            if command.startswith("&&", index) or command.startswith("||", index):
+                close_segment(command[index : index + 2])
+                index += 2
+                continue
+            if char == ";":
+                close_segment(";")
+                index += 1
+                continue
+            if char == "|":
+                if split_pipes:
+                    close_segment("|")
+                    index += 2 if nxt == "&" else 1
+                    continue
+            elif char == "&" and nxt != ">" and not (index > 0 and command[index - 1] in "<>|"):
+                close_segment("&")
+                index += 1
+                continue
+
+        current.append(char)
+        index += 1
+
+    close_segment()
+    return segments
+
+
+def _split_compound_command(command: str, *, split_pipes: bool = False) -> list[str]:
+    """Split ``command`` into sub-commands (heredoc bodies kept verbatim with theirs).
+
+    Sequencing operators (``;``, ``&&``, ``||``, ``&``) and unquoted newlines
+    split; ``split_pipes=True`` also splits at ``|``, since the word after a
+    pipe is a new command position. Quotes are respected; separators inside
+    ``$( )``/backticks split too, because they start commands of the inner
+    script. An unclosed quote keeps the rest as one last sub-command.
+    """
+    return [
+        segment.verbatim() for segment in _scan(command, split_pipes=split_pipes, split_nested=True)
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Words
+# ---------------------------------------------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    """Whitespace-separated words, keeping quoted strings and substitutions whole."""
+    words: list[str] = []
+    current: list[str] = []
+    quote: str | None = None
+    depth = 0
+    index = 0
+    length = len(text)
+    while index < length:
+        char = text[index]
+        if quote == "'":
+            current.append(char)
+            if char == "'":
+                quote = None
+        elif char == "\\" and index + 1 < length:
+            current.append(text[index : index + 2])
+            index += 2
+            continue
+        elif quote == '"':
+            current.append(char)
+            if char == '"':
+                quote = None
+        elif char in "'\"":
+            quote = char
+            current.append(char)
+        elif char == "(":
+            depth += 1
+            current.append(char)
+        elif char == ")":
+            depth = max(0, depth - 1)
+            current.append(char)
+        elif char.isspace() and depth == 0:
+            if current:
+                words.append("".join(current))
+                current = []
+        else:
+            current.append(char)
+        index += 1
+    if current:
+        words.append("".join(current))
+    return words
+
+
+def _unquote(word: str) -> str:
+    """Remove one level of shell quoting from ``word`` (no expansion)."""
+    out: list[str] = []
+    quote: str | None = None
+    index = 0
+    while index < len(word):
+        char = word[index]
+        if quote == "'":
+            if char == "'":
+                quote = None
+            else:
+                out.append(char)
+        elif char == "\\" and index + 1 < len(word):
+            out.append(word[index + 1])
+            index += 1
+        elif quote == '"':
+            if char == '"':
+                quote = None
+            else:
+                out.append(char)
+        elif char in "'\"":
+            quote = char
+        else:
+            out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _command_words(text: str) -> list[str]:
+    """The words of a simple command from its command word on.
+
+    Leading assignments, exec wrappers (and their flags), grammar words and
+    redirections are skipped, as ``_COMMAND_POSITION_PREFIX`` skips them.
+    """
+    words = _words(text)
+    index = 0
+    while index < len(words):
+        word = words[index]
+        bare = _unquote(word)
+        if bare in _GRAMMAR_WORDS or _ASSIGNMENT_WORD_RE.match(word):
+            index += 1
+            continue
+        if bare in _WRAPPER_NAMES:
+            index += 1
+            while index < len(words) and words[index].startswith("-"):
+                index += 1
+            continue
+        redirection = _REDIRECTION_WORD_RE.match(word)
+        if redirection:
+            index += 1 if redirection.end() < len(word) else 2
+            continue
+        break
+    return words[index:]
+
+
+def _basename(word: str) -> str:
+    return _unquote(word).rsplit("/", 1)[-1]
+
+
+def _interpreter_kind(text: str) -> Literal["shell", "other"] | None:
+    words = _command_words(text)
+    if not words:
+        return None
+    name = _basename(words[0])
+    if _SHELL_NAME_RE.match(name):
+        return "shell"
+    if _INTERPRETER_NAME_RE.match(name):
+        return "other"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Rules
+# ---------------------------------------------------------------------------
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _position_blind(extent: str) -> str | None:
+    """Reason to block if an eval/source argument, a code string or a here-string
+    into an interpreter carries a risky substitution, wherever it sits."""
+    found = _EVAL_SOURCE_RE.search(extent)
+    if found and _RISKY_SUBSTITUTION_RE.search(extent, found.end()):
+        return "an eval/source argument executes a fetched or interpreted substitution"
+    for pattern in _CODE_STRING_FLAG_RES:
+        found = pattern.search(extent)
+        if found and _RISKY_SUBSTITUTION_RE.search(extent, found.end()):
+            return "an interpreter code string executes a fetched or interpreted substitution"
+    found = _HERE_STRING_RE.search(extent)
+    if (
+        found
+        and _RISKY_SUBSTITUTION_RE.search(extent, found.end())
+        and _interpreter_kind(extent) is not None
+    ):
+        return "a here-string feeds a fetched or interpreted substitution to an interpreter"
+    return None
+
+
+def _destructive_rm(name: str, args: list[str]) -> bool:
+    """``rm`` with a recursive flag aimed at the root, a home or a system directory."""
+    if name != "rm":
+        return False
+    recursive = any(_RM_RECURSIVE_FLAG_RE.match(arg) or arg == "--recursive" for arg in args)
+    return recursive and any(_RM_PROTECTED_TARGET_RE.match(arg) for arg in args)
+
+
+def _raw_device_write(name: str, args: list[str]) -> bool:
+    """``dd of=/dev/...`` onto anything but the harmless pseudo-devices."""
+    return name == "dd" and any(
+        arg.startswith("of=/dev/") and not _HARMLESS_DEVICE_RE.match(arg[len("of=") :])
+        for arg in args
+    )
+
+
+def _global_npm_install(name: str, args: list[str]) -> bool:
+    if name in {"npm", "pnpm"}:
+        return bool({"i", "install", "add"} & set(args)) and bool({"-g", "--global"} & set(args))
+    return name == "yarn" and args[:2] == ["global", "add"]
+
+
+# Word-level rules, judged on a sub-command's words from its command word on
+# (linear, where an equivalent regex would backtrack on long input).
+_HIGH_RISK_WORD_RULES: tuple[tuple[Callable[[str, list[str]], bool], str], ...] = (
+    (_destructive_rm, "recursively deletes the root, a home or a system directory"),
+    (_raw_device_write, "writes raw data to a device"),
+)
+_MEDIUM_RISK_WORD_RULES: tuple[tuple[Callable[[str, list[str]], bool], str], ...] = (
+    (_global_npm_install, "installs global npm packages"),
+)
+
+
+def _word_rule_hit(
+    text: str, rules: tuple[tuple[Callable[[str, list[str]], bool], str], ...]
+) -> str | None:
+    words = _command_words(text)
+    if not words:
+        return None
+    name = _basename(words[0])
+    args = [_unquote(word) for word in words[1:]]
+    for rule, reason in rules:
+        if rule(name, args):
+            return reason
+    return None
+
+
+def _decodes_base64_into_pipe(extent: _Segment) -> bool:
+    """A pipeline stage that base64-decodes and hands the result to the next stage."""
+    if extent.ended_by != "|":
+        return False
+    words = [_basename(word) for word in _words(extent.text)]
+    for position, word in enumerate(words):
+        if word == "base64":
+            return any(flag in _BASE64_DECODE_FLAGS for flag in words[position + 1 :])
+    return False
+
+
+def _nested_scripts(extent: str) -> Iterable[str]:
+    """Shell code carried inside a command: ``sh -c CODE`` and ``eval ARGS``."""
+    words = _command_words(extent)
+    if not words:
+        return
+    name = _basename(words[0])
+    if name == "eval":
+        yield " ".join(_unquote(word) for word in words[1:])
+        return
+    if not _SHELL_NAME_RE.match(name):
+        return
+    for position, word in enumerate(words[1:], start=1):
+        if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+            if position + 1 < len(words):
+                yield _unquote(words[position + 1])
+            return
+
+
+def _cut_spans(command: str, spans: list[tuple[int, int]]) -> str:
+    if not spans:
+        return command
+    pieces: list[str] = []
+    position = 0
+    for start, end in sorted(spans):
+        if start < position:
+            continue
+        pieces.append(command[position:start])
+        position = end
+    pieces.append(command[position:])
+    return "".join(pieces)
+
+
+def _worse(a: _Classification, b: _Classification) -> _Classification:
+    order = {"pass": 0, "warn": 1, "block": 2}
+    return b if order[b.verdict] > order[a.verdict] else a
+
+
+def _classify_command(command: str, _depth: int = 0) -> _Classification:
+    """Classify one command string: Pass 1 whole-command rules, then Pass 2 per sub-command."""
+    if _depth > _MAX_NESTING:
+        return _Classification("block", "shell code nested too deeply to audit")
+    if not command.strip():
+        return _PASS
+
+    segments = _scan(command, split_pipes=True, split_nested=True)
+    code_heredocs: list[tuple[_Heredoc, Literal["shell", "other"]]] = []
+    data_spans: list[tuple[int, int]] = []
+    for segment in segments:
+        for heredoc in segment.heredocs:
+            kind = _interpreter_kind(segment.text)
+            if kind is None:
+                data_spans.append((heredoc.body_start, heredoc.body_end))
+            else:
+                code_heredocs.append((heredoc, kind))
+
+    # Pass 1: whole command, heredoc data removed.
+    whole = _cut_spans(command, data_spans)
+    normalized = _normalize(whole)
+    for pattern, reason in _HIGH_RISK_PATTERNS:
+        if pattern.search(normalized):
+            return _Classification("block", reason)
+    extents = _scan(command, split_pipes=True, split_nested=False)
+    for extent in extents:
+        if _decodes_base64_into_pipe(extent):
+            return _Classification("block", "pipes base64-decoded data onward")
+        blind = _position_blind(_normalize(extent.text))
+        if blind:
+            return _Classification("block", blind)
+
+    # Pass 2: each sub-command on its own. Top-level extents are checked too,
+    # so a substitution's whole script is seen even where nested splitting cut it.
+    for segment in [*segments, *extents]:
+        text = _normalize(segment.text)
+        if any(pattern.match(text) for pattern in _HIGH_RISK_COMMAND_POSITION_PATTERNS):
+            return _Classification(
+                "block", "a fetched or interpreted substitution runs in command position"
+            )
+    for segment in segments:
+        text = _normalize(segment.text)
+        for pattern, reason in _DESTRUCTIVE_PATTERNS:
+            if pattern.search(text):
+                return _Classification("block", reason)
+        hit = _word_rule_hit(text, _HIGH_RISK_WORD_RULES)
+        if hit:
+            return _Classification("block", hit)
+
+    worst = _PASS
+    for extent in extents:
+        for script in _nested_scripts(extent.text):
+            worst = _worse(worst, _classify_command(script, _depth + 1))
+            if worst.verdict == "block":
+                return worst
+    for heredoc, kind in code_heredocs:
+        if not heredoc.quoted and _RISKY_SUBSTITUTION_RE.search(heredoc.body):
+            return _Classification(
+                "block", "a heredoc feeds a fetched or interpreted substitution to an interpreter"
+            )
+        if kind == "shell":
+            worst = _worse(worst, _classify_command(heredoc.body, _depth + 1))
+            if worst.verdict == "block":
+                return worst
+
+    for segment in segments:
+        text = _normalize(segment.text)
+        for pattern, reason in _MEDIUM_RISK_PATTERNS:
+            if pattern.search(text):
+                return _worse(worst, _Classification("warn", reason))
+        hit = _word_rule_hit(text, _MEDIUM_RISK_WORD_RULES)
+        if hit:
+            return _worse(worst, _Classification("warn", hit))
+    return worst
+
+
+def _audit(command: Any) -> _Classification:
+    """Validate then classify; never raises (a failure blocks)."""
+    if not isinstance(command, str):
+        return _Classification("block", "the bash call has no command string")
+    if "\x00" in command:
+        return _Classification("block", "the command contains a NUL byte")
+    if len(command) > _MAX_COMMAND_CHARS:
+        return _Classification(
+            "block",
+            f"the command is longer than {_MAX_COMMAND_CHARS} characters; "
+            "write large content with write_file instead",
+        )
+    try:
+        return _classify_command(command)
+    except Exception:  # a classifier bug must not crash the run; refuse instead
+        logger.exception("sandbox audit: classification failed; blocking the command")
+        return _Classification("block", "the command could not be audited")
+
+
+def classify_command(command: str) -> Verdict:
+    """Classify a shell command as ``"block"``, ``"warn"`` or ``"pass"``.
+
+    Public entry point of the spec's classification (see the module docstring).
+    Never raises: input that cannot be audited is ``"block"``.
+    """
+    return _audit(command).verdict
+
+
+# ---------------------------------------------------------------------------
+# Middleware
+# ---------------------------------------------------------------------------
+
+
+def _thread_id(request: ToolCallRequest) -> str | None:
+    runtime = request.runtime
+    config = getattr(runtime, "config", None)
+    if isinstance(config, dict):
+        value = (config.get("configurable") or {}).get("thread_id")
+        if value:
+            return str(value)
+    context = getattr(runtime, "context", None)
+    if isinstance(context, dict) and context.get("thread_id"):
+        return str(context["thread_id"])
+    return None
+
+
+def _insert_before_exit_marker(text: str, note: str) -> str:
+    marker = _TRAILING_EXIT_MARKER.search(text)
+    if marker is None:
+        return f"{text.rstrip()}\n\n{note}" if text.strip() else note
+    head = text[: marker.start()].rstrip("\n")
+    tail = text[marker.start() :]
+    return f"{head}\n\n{note}\n{tail}" if head.strip() else f"{note}\n{tail}"
+
+
+def _annotate(message: ToolMessage, note: str) -> ToolMessage:
+    """Copy ``message`` with ``note`` before its trailing exit marker; metadata kept."""
+    content = message.content
+    new_content: str | list[str | dict[Any, Any]]
+    if isinstance(content, str):
+        new_content = _insert_before_exit_marker(content, note)
+    else:
+        blocks = list(content)
+        last = blocks[-1] if blocks else None
+        if (
+            isinstance(last, dict)
+            and last.get("type") == "text"
+            and isinstance(last.get("text"), str)
+        ):
+            text = last["text"]
+            if _TRAILING_EXIT_MARKER.search(text):
+                blocks[-1] = {**last, "text": _insert_before_exit_marker(text, note)}
+            else:
+                blocks.append({"type": "text", "text": note})
+        elif isinstance(last, str) and _TRAILING_EXIT_MARKER.search(last):
+            blocks[-1] = _insert_before_exit_marker(last, note)
+        else:
+            blocks.append({"type": "text", "text": note})
+        new_content = blocks
+    return ensure_tool_meta(message.model_copy(update={"content": new_content}))
+
+
+class SandboxAuditMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Audit every ``bash`` call; block high-risk commands, annotate medium-risk ones.
+
+    No config gate: it is appended unconditionally to the runtime base, for the
+    lead agent and subagents alike.
+    """
+
+    def __init__(self, *, tool_names: Iterable[str] = (BASH_TOOL_NAME,)) -> None:
+        super().__init__()
+        self._tool_names = frozenset(tool_names)
+
+    def release_policy_parameters(self) -> dict[str, Any]:
+        return {
+            "tool_names": sorted(self._tool_names),
+            "max_command_chars": _MAX_COMMAND_CHARS,
+        }
+
+    # -- core -------------------------------------------------------------
+
+    def _applies(self, request: ToolCallRequest) -> bool:
+        return request.tool_call.get("name") in self._tool_names
+
+    @staticmethod
+    def _command_of(request: ToolCallRequest) -> Any:
+        args = request.tool_call.get("args")
+        return args.get("command") if isinstance(args, dict) else None
+
+    def _record(self, request: ToolCallRequest, command: Any, result: _Classification) -> None:
+        text = command if isinstance(command, str) else repr(command)
+        if len(text) > _AUDIT_LOG_COMMAND_CHARS:
+            text = f"{text[:_AUDIT_LOG_COMMAND_CHARS]}... ({len(text)} chars)"
+        record = {
+            "timestamp": datetime.now(UTC).isoformat(),
+            "thread_id": _thread_id(request) or "unknown",
+            "tool_call_id": request.tool_call.get("id"),
+            "command": text,
+            "verdict": result.verdict,
+            "reason": result.reason or None,
+        }
+        level = logging.INFO if result.verdict == "pass" else logging.WARNING
+        logger.log(level, "sandbox audit %s", json.dumps(record, ensure_ascii=False))
+
+    def _blocked(self, request: ToolCallRequest, result: _Classification) -> ToolMessage:
+        name = str(request.tool_call.get("name") or BASH_TOOL_NAME)
+        return blocked_tool_message(
+            content=(
+                f"Error: command blocked by the sandbox audit ({result.reason}). "
+                "It was not run. Use a safer alternative: download files and inspect them "
+                "instead of executing fetched content."
+            ),
+            tool_call_id=str(request.tool_call.get("id") or ""),
+            name=name,
+            error_type="blocked",
+            source="sandbox_audit",
+        )
+
+    @staticmethod
+    def _warning_note(result: _Classification) -> str:
+        return (
+            f"Warning: the sandbox audit flagged this command as medium risk ({result.reason}); "
+            "it may change the runtime environment."
+        )
+
+    def _warned(
+        self, request: ToolCallRequest, outcome: ToolMessage | Command[Any], result: _Classification
+    ) -> ToolMessage | Command[Any]:
+        note = self._warning_note(result)
+        call_id = request.tool_call.get("id")
+        if isinstance(outcome, ToolMessage):
+            return _annotate(outcome, note)
+        if isinstance(outcome, Command) and isinstance(outcome.update, dict):
+            messages = outcome.update.get("messages")
+            if isinstance(messages, list):
+                patched = [
+                    _annotate(m, note)
+                    if isinstance(m, ToolMessage) and m.tool_call_id == call_id
+                    else m
+                    for m in messages
+                ]
+                return replace(outcome, update={**outcome.update, "messages": patched})
+        return outcome
+
+    # -- hooks -------------------------------------------------------------
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        if not self._applies(request):
+            return handler(request)
+        command = self._command_of(request)
+        result = _audit(command)
+        self._record(request, command, result)
+        if result.verdict == "block":
+            return self._blocked(request, result)
+        outcome = handler(request)
+        return self._warned(request, outcome, result) if result.verdict == "warn" else outcome
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        if not self._applies(request):
+            return await handler(request)
+        command = self._command_of(request)
+        if isinstance(command, str) and len(command) > _OFFLOAD_COMMAND_CHARS:
+            result = await asyncio.to_thread(_audit, command)
+        else:
+            result = _audit(command)
+        self._record(request, command, result)
+        if result.verdict == "block":
+            return self._blocked(request, result)
+        outcome = await handler(request)
+        return self._warned(request, outcome, result) if result.verdict == "warn" else outcome

@@ -1,0 +1,274 @@
+"""ToolReceiptMiddleware (spec 000, number 15): verifiable provenance of tool results.
+
+Every tool result gets a receipt in ``additional_kwargs["deerflow_tool_receipt"]``:
+tool name, status, SHA-256 of the canonical JSON arguments, SHA-256 and UTF-8
+byte count of the output text, and a UTC timestamp. Receipts are stamped on
+direct ``ToolMessage`` results and on every ``ToolMessage`` answering the call
+inside ``Command.update["messages"]`` (delegations, file presentation, tool
+search). The middleware is the outermost ``wrap_tool_call`` layer of the guard
+segment, registered ahead of the authorization, audit and write gates, so a
+gate's short-circuit result is receipted too instead of leaving a gap.
+
+Before each model call a hidden receipt ledger is derived from message state:
+display ids ``r1..rN`` in chronological order. When it exceeds the character
+budget (2,000 by default) the newest receipts are kept, in order, with their
+original ids, after an omission marker. The ledger rides the request only; the
+response that saw it is stamped with exactly the ids it saw
+(``deerflow_receipt_ledger``), never with omitted ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from middlewares._tool_results import (
+    OFF_LOOP_CHARS,
+    map_tool_messages,
+    result_text_size,
+    tool_message_text,
+)
+from middlewares.model_response import last_ai_message, replace_last_ai_message
+from middlewares.tool_result_meta import read_tool_meta
+from runtime.config import VerificationConfig
+
+__all__ = [
+    "RECEIPT_KEY",
+    "RECEIPT_LEDGER_KEY",
+    "LedgerEntry",
+    "RenderedLedger",
+    "ToolReceiptMiddleware",
+    "make_receipt",
+    "read_receipt",
+    "render_receipt_ledger",
+]
+
+RECEIPT_KEY = "deerflow_tool_receipt"
+RECEIPT_LEDGER_KEY = "deerflow_receipt_ledger"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical_args(args: Any) -> bytes:
+    try:
+        text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(args)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def make_receipt(
+    message: ToolMessage, *, tool_name: str, args: Any, timestamp: datetime
+) -> dict[str, Any]:
+    """The receipt for one result (deterministic for the same inputs and time)."""
+    meta = read_tool_meta(message)
+    status = (
+        meta["status"]
+        if meta is not None
+        else ("error" if message.status == "error" else "success")
+    )
+    output = tool_message_text(message).encode("utf-8", "surrogatepass")
+    return {
+        "tool": tool_name,
+        "tool_call_id": message.tool_call_id,
+        "status": status,
+        "args_sha256": _sha256(_canonical_args(args)),
+        "output_sha256": _sha256(output),
+        "output_bytes": len(output),
+        "timestamp": timestamp.astimezone(UTC).isoformat(timespec="seconds"),
+    }
+
+
+_RECEIPT_FIELDS = ("tool", "status", "args_sha256", "output_sha256", "timestamp")
+
+
+def read_receipt(message: Any) -> dict[str, Any] | None:
+    """A message's receipt if it is well formed (persisted data is revalidated)."""
+    if not isinstance(message, ToolMessage):
+        return None
+    raw = (message.additional_kwargs or {}).get(RECEIPT_KEY)
+    if not isinstance(raw, Mapping):
+        return None
+    if not all(isinstance(raw.get(key), str) for key in _RECEIPT_FIELDS):
+        return None
+    size = raw.get("output_bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return None
+    return dict(raw)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One receipt with its display id (``r<number>``)."""
+
+    number: int
+    receipt: dict[str, Any]
+
+    @property
+    def display_id(self) -> str:
+        return f"r{self.number}"
+
+    def line(self) -> str:
+        r = self.receipt
+        return (
+            f"{self.display_id} {r['tool']} {r['status']} out={r['output_bytes']}B "
+            f"sha256:{r['output_sha256'][:12]} args:{r['args_sha256'][:12]} {r['timestamp']}"
+        )
+
+
+@dataclass(frozen=True)
+class RenderedLedger:
+    """The ledger text and the exact receipts it shows."""
+
+    text: str
+    entries: tuple[LedgerEntry, ...]
+    omitted: int
+
+
+def render_receipt_ledger(
+    messages: Sequence[AnyMessage], *, max_chars: int
+) -> RenderedLedger | None:
+    """The hidden ledger for ``messages``, newest receipts first to survive the budget."""
+    entries = [
+        LedgerEntry(number, receipt)
+        for number, receipt in enumerate(
+            (r for r in (read_receipt(m) for m in messages) if r is not None), start=1
+        )
+    ]
+    if not entries:
+        return None
+    header = "<tool_receipts>\nServer-recorded receipts of this conversation's tool results (cite by id):"
+    footer = "</tool_receipts>"
+    kept: list[LedgerEntry] = []
+    used = len(header) + len(footer) + 2
+    for entry in reversed(entries):
+        cost = len(entry.line()) + 1
+        marker_cost = 60 if len(kept) + 1 < len(entries) else 0
+        if kept and used + cost + marker_cost > max_chars:
+            break
+        kept.append(entry)
+        used += cost
+    kept.reverse()
+    omitted = len(entries) - len(kept)
+    lines = [header]
+    if omitted:
+        lines.append(f"[{omitted} older receipts omitted]")
+    lines.extend(entry.line() for entry in kept)
+    lines.append(footer)
+    return RenderedLedger("\n".join(lines), tuple(kept), omitted)
+
+
+class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):
+    """Stamp receipts on tool results and show the model a hidden receipt ledger."""
+
+    def __init__(
+        self,
+        *,
+        ledger_max_chars: int = 2000,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        super().__init__()
+        self.ledger_max_chars = ledger_max_chars
+        self.now = now
+
+    @classmethod
+    def from_config(cls, config: VerificationConfig) -> ToolReceiptMiddleware:
+        return cls(ledger_max_chars=config.receipt_ledger_max_chars)
+
+    def release_policy_parameters(self) -> dict[str, Any]:
+        return {"receipts_enabled": True, "receipt_ledger_max_chars": self.ledger_max_chars}
+
+    # --- tool side --------------------------------------------------------------------
+
+    def _stamp(self, request: ToolCallRequest, result: Any, timestamp: datetime) -> Any:
+        name = request.tool_call.get("name") or "tool"
+        args = request.tool_call.get("args")
+
+        def stamp(message: ToolMessage) -> ToolMessage:
+            receipt = make_receipt(message, tool_name=name, args=args, timestamp=timestamp)
+            kwargs = {**(message.additional_kwargs or {}), RECEIPT_KEY: receipt}
+            return message.model_copy(update={"additional_kwargs": kwargs})
+
+        return map_tool_messages(result, stamp, tool_call_id=request.tool_call.get("id"))
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        return self._stamp(request, handler(request), self.now())  # type: ignore[no-any-return]
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        result = await handler(request)
+        timestamp = self.now()
+        if result_text_size(result) > OFF_LOOP_CHARS:
+            return await asyncio.to_thread(self._stamp, request, result, timestamp)  # type: ignore[no-any-return]
+        return self._stamp(request, result, timestamp)  # type: ignore[no-any-return]
+
+    # --- model side -------------------------------------------------------------------
+
+    def _with_ledger(
+        self, request: ModelRequest[Any]
+    ) -> tuple[ModelRequest[Any], RenderedLedger | None]:
+        ledger = render_receipt_ledger(request.messages, max_chars=self.ledger_max_chars)
+        if ledger is None:
+            return request, None
+        hidden = HumanMessage(
+            content=ledger.text,
+            additional_kwargs={
+                "hide_from_ui": True,
+                RECEIPT_LEDGER_KEY: True,
+                "deerflow_content_kind": "receipt_ledger",
+                "deerflow_producer_kind": "tool_receipt",
+            },
+        )
+        return request.override(messages=[*request.messages, hidden]), ledger
+
+    @staticmethod
+    def _mark_response(response: Any, ledger: RenderedLedger | None) -> Any:
+        if ledger is None:
+            return response
+        message = last_ai_message(response)
+        if message is None:
+            return response
+        kwargs = dict(message.additional_kwargs or {})
+        kwargs[RECEIPT_LEDGER_KEY] = {
+            "ids": [entry.display_id for entry in ledger.entries],
+            "receipts": [{"id": entry.display_id, **entry.receipt} for entry in ledger.entries],
+            "omitted": ledger.omitted,
+        }
+        marked: AIMessage = message.model_copy(update={"additional_kwargs": kwargs})
+        return replace_last_ai_message(response, marked)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        request, ledger = self._with_ledger(request)
+        return self._mark_response(handler(request), ledger)  # type: ignore[no-any-return]
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        request, ledger = self._with_ledger(request)
+        return self._mark_response(await handler(request), ledger)  # type: ignore[no-any-return]

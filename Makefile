@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 2024
 HOST ?= 127.0.0.1
+# langgraph dev runs one job at a time unless told otherwise; a run that waits
+# for its remote subagent runs (subagents.execution: remote) needs more slots.
+N_JOBS ?= 10
 STAMP := $(VENV)/.installed
 
 export LANGGRAPH_CLI_NO_ANALYTICS := 1
@@ -27,7 +30,7 @@ $(STAMP): requirements.lock pyproject.toml
 	cp .env.example .env
 
 dev: install
-	$(BIN)/langgraph dev --host $(HOST) --port $(PORT) --no-browser
+	$(BIN)/langgraph dev --host $(HOST) --port $(PORT) --no-browser --n-jobs-per-worker $(N_JOBS)
 
 test: install
 	@bash scripts/ensure-postgres.sh

@@ -20,6 +20,7 @@ from auth.api_keys import match_api_key
 from auth.identity import DEFAULT_USER_ID
 from auth.tokens import CredentialError, verify_token
 from runtime.config import ConfigError, Settings, aget_settings
+from subagents.credentials import DELEGATION_SCHEME, DelegationTokenError, authenticate_delegation
 
 __all__ = [
     "ANONYMOUS_IDENTITY",
@@ -111,6 +112,26 @@ def _user(
     }
 
 
+def _delegated_user(authorization: str | None, *, mode: str) -> dict[str, Any] | None:
+    """The parent's user for a valid delegation token; 401 for a bad one; else None."""
+    try:
+        delegated = authenticate_delegation(authorization)
+    except DelegationTokenError as exc:
+        raise _unauthorized(str(exc), DELEGATION_SCHEME) from None
+    if delegated is None:
+        return None
+    user = _user(
+        delegated.identity,
+        mode=mode,
+        roles=list(delegated.roles),
+        permissions=list(delegated.permissions),
+    )
+    user["delegated_subagent"] = True
+    user["parent_thread_id"] = delegated.parent_thread_id
+    user["parent_run_id"] = delegated.parent_run_id
+    return user
+
+
 async def authenticate_request(
     *,
     authorization: str | None,
@@ -131,10 +152,15 @@ async def authenticate_request(
     settings = await load_auth_settings()
     config = settings.auth
     mode = config.effective_mode
+    if mode == "none" and not is_langgraph_dev():
+        logger.error("refused %s %s: %s", method, path, NONE_OUTSIDE_DEV)
+        raise Auth.exceptions.HTTPException(status_code=403, detail=NONE_OUTSIDE_DEV)
+    # A remote subagent run started by the task tool for its parent run's user
+    # (subagents/credentials.py): same owner as the parent, in every mode.
+    delegated = _delegated_user(authorization, mode=mode)
+    if delegated is not None:
+        return delegated
     if mode == "none":
-        if not is_langgraph_dev():
-            logger.error("refused %s %s: %s", method, path, NONE_OUTSIDE_DEV)
-            raise Auth.exceptions.HTTPException(status_code=403, detail=NONE_OUTSIDE_DEV)
         return _user(DEFAULT_USER_ID, mode="none", display_name="Local user")
     if mode == "jwt":
         try:

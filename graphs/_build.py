@@ -21,7 +21,9 @@ from runtime.config import Settings
 from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import resolve_run_options
 from runtime.state import ThreadState
+from subagents.limits import resolve_subagent_limits
 from tools.selection import select_tools
+from tools.task import make_task_tool
 
 __all__ = ["build_agent"]
 
@@ -39,6 +41,10 @@ def build_agent(
     options = resolve_run_options(config)
     resolved = resolve_model_name(settings, options.model_name)
     effective = options.effective(subagents_default=settings.subagents.enabled)
+    # subagents.enabled is the master switch, and a subagent never delegates further.
+    effective["subagent_enabled"] = (
+        kind == "lead_agent" and settings.subagents.enabled and bool(effective["subagent_enabled"])
+    )
     thinking = bool(effective["thinking_enabled"]) and resolved.entry.supports_thinking
     model = create_chat_model(resolved.entry, thinking_enabled=thinking)
     inputs = ChainInputs(
@@ -55,6 +61,9 @@ def build_agent(
         if tools is not None
         else select_tools(settings, kind=kind, model=resolved.entry)
     )
+    if effective["subagent_enabled"]:
+        limits = resolve_subagent_limits(settings.subagents, options)
+        agent_tools.append(make_task_tool(settings, limits=limits, parent_model=resolved.name))
     graph = create_agent(
         model,
         agent_tools,

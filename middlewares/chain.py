@@ -52,6 +52,7 @@ from middlewares.read_before_write import ReadBeforeWriteMiddleware
 from middlewares.safety_finish_reason import SafetyFinishReasonMiddleware
 from middlewares.sandbox import SandboxMiddleware
 from middlewares.sandbox_audit import SandboxAuditMiddleware
+from middlewares.subagent_limit import SubagentLimitMiddleware
 from middlewares.system_message_coalescing import SystemMessageCoalescingMiddleware
 from middlewares.terminal_response import TerminalResponseMiddleware
 from middlewares.thread_data import ThreadDataMiddleware
@@ -63,6 +64,7 @@ from middlewares.uploads import UploadsMiddleware
 from runtime.config import ModelConfig, Settings
 from runtime.models import resolve_model_name
 from runtime.run_options import RunOptions, resolve_run_options
+from subagents.limits import resolve_subagent_limits
 
 __all__ = [
     "BASE_SLOTS",
@@ -317,6 +319,9 @@ FACTORIES: dict[str, Factory] = {
     "ReadBeforeWriteMiddleware": lambda i: ReadBeforeWriteMiddleware.from_settings(i.settings),
     "ToolErrorHandlingMiddleware": lambda i: ToolErrorHandlingMiddleware(),  # 15
     "SystemMessageCoalescingMiddleware": lambda i: SystemMessageCoalescingMiddleware(),  # 30
+    "SubagentLimitMiddleware": lambda i: SubagentLimitMiddleware(  # 31
+        resolve_subagent_limits(i.settings.subagents, i.options)
+    ),
     "ModelContentCompatibilityMiddleware": lambda i: ModelContentCompatibilityMiddleware(),  # 34
     "TerminalResponseMiddleware": lambda i: TerminalResponseMiddleware(),  # 37
     "ModelLengthFinishReasonMiddleware": lambda i: ModelLengthFinishReasonMiddleware(),  # 38

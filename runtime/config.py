@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 __all__ = [
+    "BUILTIN_SUBAGENT_TYPES",
     "ENV_OVERRIDES",
     "PROJECT_ROOT",
     "ApiKeyEntry",
@@ -50,6 +51,8 @@ __all__ = [
     "ReadBeforeWriteConfig",
     "SafetyFinishReasonConfig",
     "Settings",
+    "SubagentTypeConfig",
+    "SubagentsConfig",
     "ToolConfig",
     "ToolOutputConfig",
     "VerificationConfig",
@@ -414,10 +417,66 @@ class ToolGroupsConfig(_Section):
         return self.lead_agent if kind == "lead_agent" else self.subagent
 
 
+SUBAGENT_TYPE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
+BUILTIN_SUBAGENT_TYPES: tuple[str, ...] = ("general-purpose", "bash")
+
+
+class SubagentTypeConfig(_Section):
+    """A custom subagent type offered by the ``task`` tool beside the built-ins."""
+
+    name: str = Field(pattern=SUBAGENT_TYPE_NAME_PATTERN)
+    description: str = Field(min_length=1, description="shown to the lead in the task tool")
+    system_prompt: str = Field(min_length=1)
+    tools: list[str] | None = Field(
+        default=None,
+        description="tool names or 'group:<group>'; None = the general-purpose tool set",
+    )
+    model: str = Field(default="inherit", min_length=1, description="a model name or 'inherit'")
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    timeout_seconds: float | None = Field(default=None, gt=0, le=86400)
+
+
+class SubagentsRemoteConfig(_Section):
+    """Where ``execution: remote`` starts subagent runs."""
+
+    url: str | None = Field(
+        default=None,
+        description="base URL of the LangGraph Server; None = this server, in-process",
+    )
+    graph_id: str = Field(default="subagent", min_length=1)
+
+
 class SubagentsConfig(_Section):
-    """Delegation to subagents through the ``task`` tool."""
+    """Delegation to subagents through the ``task`` tool.
+
+    ``enabled`` is the master switch: a run may turn subagents off with
+    ``subagent_enabled: false`` but cannot turn them on when this is false.
+    Limits are clamped where they are resolved (``subagents.limits``), so an
+    out-of-range value never fails a run.
+    """
 
     enabled: bool = True
+    execution: Literal["inprocess", "remote"] = "inprocess"
+    model: str = Field(default="inherit", min_length=1)
+    max_concurrent_subagents: int = 3
+    max_running: int = 8
+    max_tasks_per_response: int = 6
+    max_total_per_run: int = 6
+    timeout_seconds: float = Field(default=900.0, gt=0, le=86400)
+    max_turns: int = Field(default=50, ge=1, le=1000)
+    types: list[SubagentTypeConfig] = Field(default_factory=list)
+    remote: SubagentsRemoteConfig = Field(default_factory=SubagentsRemoteConfig)
+
+    @field_validator("types")
+    @classmethod
+    def _unique_type_names(cls, types: list[SubagentTypeConfig]) -> list[SubagentTypeConfig]:
+        seen: set[str] = set(BUILTIN_SUBAGENT_TYPES)
+        for index, entry in enumerate(types):
+            if entry.name in seen:
+                what = "a built-in type" if entry.name in BUILTIN_SUBAGENT_TYPES else "a duplicate"
+                raise ValueError(f"types[{index}]: {entry.name!r} is {what}")
+            seen.add(entry.name)
+        return types
 
 
 class ReadBeforeWriteConfig(_Section):
@@ -666,6 +725,9 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
     "DEERFLOW_SANDBOX_ALLOW_HOST_BASH": ("sandbox", "allow_host_bash"),
+    "DEERFLOW_SUBAGENTS_ENABLED": ("subagents", "enabled"),
+    "DEERFLOW_SUBAGENTS_EXECUTION": ("subagents", "execution"),
+    "DEERFLOW_SUBAGENTS_URL": ("subagents", "remote", "url"),
     "DEERFLOW_READ_BEFORE_WRITE": ("read_before_write", "enabled"),
     "DEERFLOW_PII_REDACTION_ENABLED": ("pii_redaction", "enabled"),
 }

@@ -35,6 +35,23 @@ def _flag(values: dict[str, Any], key: str) -> bool | None:
     return bool(value)
 
 
+def _int(values: dict[str, Any], key: str) -> int | None:
+    """An integer switch; anything that is not a whole number is "not given"."""
+    value = values.get(key)
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
 def _text(values: dict[str, Any], key: str) -> str | None:
     value = values.get(key)
     if value is None:
@@ -52,6 +69,8 @@ class RunOptions:
     subagent_enabled: bool | None = None
     agent_name: str | None = None
     thread_id: str | None = None
+    max_concurrent_subagents: int | None = None
+    max_total_subagents: int | None = None
 
     def effective(self, *, subagents_default: bool) -> dict[str, Any]:
         """The switches as applied, for run metadata and middleware assembly."""
@@ -76,4 +95,6 @@ def resolve_run_options(config: RunnableConfig | None) -> RunOptions:
         subagent_enabled=_flag(values, "subagent_enabled"),
         agent_name=_text(values, "agent_name"),
         thread_id=_text(values, "thread_id"),
+        max_concurrent_subagents=_int(values, "max_concurrent_subagents"),
+        max_total_subagents=_int(values, "max_total_subagents"),
     )

@@ -10,6 +10,8 @@ from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain.agents import AgentState
 
+from subagents.ledger import merge_delegations
+
 __all__ = [
     "SandboxState",
     "ThreadDataState",
@@ -79,3 +81,6 @@ class ThreadState(AgentState[Any]):
     title: NotRequired[str | None]
     artifacts: NotRequired[Annotated[list[str], merge_artifacts]]
     viewed_images: NotRequired[Annotated[dict[str, ViewedImage], merge_viewed_images]]
+    # The delegation ledger (task tool + SubagentLimitMiddleware; subagents/ledger.py):
+    # entries keyed by (run_id, tool_call_id), revalidated on every read.
+    delegations: NotRequired[Annotated[list[dict[str, Any]], merge_delegations]]

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def lg_client(lg_server: Any) -> Callable[..., Any]:
 
 @pytest.fixture
 def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
-    """Factory: ``dev_server(env={...})`` starts ``langgraph dev``; stopped at teardown.
+    """Factory: ``dev_server(env={...}, args=[...])`` starts ``langgraph dev``; stopped at teardown.
 
     Safe in async tests (it starts in a worker thread when a loop is running: the
     in-process server's blocking-call detector covers the whole test process).
@@ -89,8 +89,8 @@ def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
     """
     started: list[DevServer] = []
 
-    def start(env: Mapping[str, str] | None = None) -> DevServer:
-        server = DevServer(tmp_path / f"langgraph-dev-{len(started)}.log", env=env)
+    def start(env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> DevServer:
+        server = DevServer(tmp_path / f"langgraph-dev-{len(started)}.log", env=env, args=args)
         started.append(server)
         return server.start()
 

@@ -116,6 +116,7 @@ REAL_LEAD_DEFAULT: list[str] = [
     "ReadBeforeWriteMiddleware",
     "ToolErrorHandlingMiddleware",
     "SystemMessageCoalescingMiddleware",
+    "SubagentLimitMiddleware",  # subagents are on by default
     "ModelContentCompatibilityMiddleware",
     "TerminalResponseMiddleware",
     "ModelLengthFinishReasonMiddleware",

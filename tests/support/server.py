@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -194,11 +194,17 @@ class DevServer:
     chosen one is busy, so start-up checks that the port answers ``/ok``.
     """
 
-    def __init__(self, log_path: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.env = dict(env or {})
+        self.args = list(args)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> DevServer:
@@ -228,6 +234,7 @@ class DevServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            *self.args,
         ]
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(

@@ -1,0 +1,155 @@
+"""Subagent types: the built-ins (``general-purpose``, ``bash``) and custom ones from config.
+
+A type fixes a subagent's system prompt, tools, model and limits. Tools are
+selected by name and group from the tool registry, so a type picks up whatever
+tools the deployment configures (and nothing the lead does not have).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from langchain_core.tools import BaseTool
+
+from graphs.prompts import SUBAGENT_SYSTEM_PROMPT
+from runtime.config import ConfigError, Settings, ToolConfig
+from subagents.contract import TASK_TOOL_NAME
+from tools.registry import load_tools, tool_configs
+
+__all__ = [
+    "BASH_TOOL_GROUPS",
+    "BASH_TOOL_NAMES",
+    "DEFAULT_SUBAGENT_TYPE",
+    "NEVER_DELEGATED_TOOLS",
+    "SubagentType",
+    "available_subagent_types",
+    "resolve_subagent_model",
+    "resolve_type_tools",
+    "subagent_types",
+]
+
+DEFAULT_SUBAGENT_TYPE = "general-purpose"
+
+# A subagent never delegates further and never talks to the user.
+NEVER_DELEGATED_TOOLS: frozenset[str] = frozenset({TASK_TOOL_NAME, "ask_clarification"})
+# The general-purpose type also leaves presenting deliverables to the lead.
+_GENERAL_EXCLUDED: frozenset[str] = NEVER_DELEGATED_TOOLS | {"present_files"}
+
+BASH_TOOL_NAMES: frozenset[str] = frozenset(
+    {"bash", "ls", "glob", "grep", "read_file", "write_file", "str_replace"}
+)
+BASH_TOOL_GROUPS: frozenset[str] = frozenset({"sandbox", "bash", "file", "file:read", "file:write"})
+
+BASH_SUBAGENT_SYSTEM_PROMPT = """\
+You are a command-line subagent. Complete the delegated task with the shell and
+file tools in the sandboxed workspace (/mnt/user-data/workspace). Run commands
+step by step, check their output, and reply with a concise report of what you
+ran and what you found. Do not ask the user questions.
+"""
+
+
+@dataclass(frozen=True)
+class SubagentType:
+    """One kind of subagent the ``task`` tool can start.
+
+    ``tools`` holds selectors (a tool name or ``group:<group>``); None means
+    the general-purpose set. ``max_turns`` / ``timeout_seconds`` of None take
+    the ``subagents`` defaults.
+    """
+
+    name: str
+    description: str
+    system_prompt: str
+    tools: tuple[str, ...] | None = None
+    model: str = "inherit"
+    max_turns: int | None = None
+    timeout_seconds: float | None = None
+    builtin: bool = False
+
+
+def _builtin_types(settings: Settings) -> list[SubagentType]:
+    model = settings.subagents.model
+    return [
+        SubagentType(
+            name="general-purpose",
+            description=(
+                "A capable agent with the lead's tools (except task, ask_clarification and "
+                "present_files) for a bounded, independent piece of research or work."
+            ),
+            system_prompt=SUBAGENT_SYSTEM_PROMPT,
+            model=model,
+            builtin=True,
+        ),
+        SubagentType(
+            name="bash",
+            description=(
+                "A command-line specialist with the shell and file tools, for a bounded "
+                "sequence of commands whose output the lead does not need to see step by step."
+            ),
+            system_prompt=BASH_SUBAGENT_SYSTEM_PROMPT,
+            tools=tuple(sorted(BASH_TOOL_NAMES))
+            + tuple(f"group:{group}" for group in sorted(BASH_TOOL_GROUPS)),
+            model=model,
+            builtin=True,
+        ),
+    ]
+
+
+def subagent_types(settings: Settings) -> dict[str, SubagentType]:
+    """Every configured type by name: built-ins first, then ``subagents.types``."""
+    types = {entry.name: entry for entry in _builtin_types(settings)}
+    for custom in settings.subagents.types:
+        types[custom.name] = SubagentType(
+            name=custom.name,
+            description=custom.description,
+            system_prompt=custom.system_prompt,
+            tools=None if custom.tools is None else tuple(custom.tools),
+            model=custom.model,
+            max_turns=custom.max_turns,
+            timeout_seconds=custom.timeout_seconds,
+        )
+    return types
+
+
+def _selected(entry: ToolConfig, selectors: Sequence[str]) -> bool:
+    return entry.name in selectors or f"group:{entry.group}" in selectors
+
+
+def resolve_type_tools(settings: Settings, subagent_type: SubagentType) -> list[BaseTool]:
+    """The tools of ``subagent_type``; an unknown name in a custom type is a ConfigError."""
+    if subagent_type.tools is None:
+        return load_tools(settings, include=lambda entry: entry.name not in _GENERAL_EXCLUDED)
+    selectors = subagent_type.tools
+    if not subagent_type.builtin:
+        known_names = {entry.name for entry in tool_configs(settings)}
+        known_groups = {f"group:{entry.group}" for entry in tool_configs(settings)}
+        unknown = [s for s in selectors if s not in known_names and s not in known_groups]
+        if unknown:
+            raise ConfigError(
+                f"subagents.types ({subagent_type.name!r}) tools: unknown tool or group "
+                f"{', '.join(repr(u) for u in unknown)}"
+            )
+    return load_tools(
+        settings,
+        include=lambda entry: (
+            entry.name not in NEVER_DELEGATED_TOOLS and _selected(entry, selectors)
+        ),
+    )
+
+
+def available_subagent_types(settings: Settings) -> list[SubagentType]:
+    """The types the task tool offers: a built-in ``bash`` with no tools is left out."""
+    result = []
+    for entry in subagent_types(settings).values():
+        if entry.name == "bash" and entry.builtin and not resolve_type_tools(settings, entry):
+            continue
+        result.append(entry)
+    return result
+
+
+def resolve_subagent_model(subagent_type: SubagentType, parent_model: str | None) -> str | None:
+    """The model name a subagent of this type runs: its own, or the parent's (``inherit``)."""
+    if subagent_type.model == "inherit":
+        return parent_model
+    return subagent_type.model

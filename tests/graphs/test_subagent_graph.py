@@ -1,0 +1,65 @@
+"""The ``subagent`` graph builder: type selection, tools, model and turn cap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphs.subagent import build_subagent, recursion_limit_for
+from runtime.config import ConfigError, Settings, load_settings
+from tests.support.delegation import delegation_config
+from tests.support.scripted import ai_text, scripted_model_entry
+
+
+def settings_for(tmp_path: Path) -> Settings:
+    return load_settings(
+        delegation_config(
+            tmp_path,
+            lead=[ai_text("lead")],
+            worker=[ai_text("worker")],
+            extra_models=[scripted_model_entry([ai_text("special")], name="special")],
+            max_turns=7,
+            types=[
+                {
+                    "name": "focused",
+                    "description": "d",
+                    "system_prompt": "You are focused.",
+                    "tools": ["echo"],
+                    "model": "special",
+                    "max_turns": 3,
+                }
+            ],
+        )
+    )
+
+
+def tool_names(graph: object) -> set[str]:
+    nodes = graph.nodes  # type: ignore[attr-defined]
+    return set(nodes["tools"].bound.tools_by_name) if "tools" in nodes else set()
+
+
+def test_default_type_is_general_purpose_without_task(tmp_path: Path) -> None:
+    graph = build_subagent(settings_for(tmp_path), None)
+    assert graph.config is not None
+    assert tool_names(graph) == {"echo", "gate", "hang", "whoami"}
+    assert graph.config["metadata"]["subagent_type"] == "general-purpose"
+    assert graph.config["metadata"]["subagent_enabled"] is False
+    assert graph.config["recursion_limit"] == recursion_limit_for(graph, 7)
+
+
+async def test_custom_type_from_context_sets_tools_model_and_turn_cap(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path)
+    config = {"context": {"subagent_type": "focused", "model_name": "lead"}}
+    graph = build_subagent(settings, config)  # type: ignore[arg-type]
+    assert graph.config is not None
+    assert tool_names(graph) == {"echo"}
+    assert graph.config["metadata"]["model_name"] == "special"  # the type's own model wins
+    assert graph.config["recursion_limit"] == recursion_limit_for(graph, 3)
+    result = await graph.ainvoke({"messages": [{"role": "user", "content": "hi"}]})
+    assert result["messages"][-1].content == "special"
+
+
+def test_unknown_type_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown subagent_type 'wizard'; available: bash"):
+        build_subagent(settings_for(tmp_path), {"configurable": {"subagent_type": "wizard"}})

@@ -437,7 +437,7 @@ async def test_rbac_refusal_is_a_clear_error(env: Env) -> None:
     fake.fail(
         "create",
         403,
-        'pods is forbidden: User "system:serviceaccount:deerflow:deerflow-server" cannot create '
+        'pods is forbidden: User "system:serviceaccount:deerflow:deerflow-api" cannot create '
         'resource "pods" in API group "" in the namespace "deerflow-sandbox"',
     )
     with pytest.raises(SandboxError, match=r"may not create a sandbox pod .*Role and RoleBinding"):

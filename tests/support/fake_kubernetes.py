@@ -322,7 +322,7 @@ class FakeKubernetes(kmock.KubernetesEmulator):
     async def _mutating(
         self, request: rendering.Request, action: str
     ) -> aiohttp.web.StreamResponse:
-        namespace = request.namespace
+        namespace = request.namespace or "default"
         if action == "create":
             body = request.data
             if not isinstance(body, dict) or body.get("kind") != "Pod":
@@ -497,7 +497,7 @@ class FakeKubernetes(kmock.KubernetesEmulator):
         fault = self._exec_faults.pop(0) if self._exec_faults else None
         if fault == "forbidden":
             message = (
-                f'pods "{name}" is forbidden: User "system:serviceaccount:deerflow:deerflow-server" '
+                f'pods "{name}" is forbidden: User "system:serviceaccount:deerflow:deerflow-api" '
                 f'cannot create resource "pods/exec" in API group "" in the namespace "{namespace}"'
             )
             return aiohttp.web.json_response(_status(403, "Forbidden", message), status=403)

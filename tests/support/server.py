@@ -52,10 +52,8 @@ def _absolute(spec: str) -> str:
 def _absolute_paths(value: Any, key: str = "") -> Any:
     if isinstance(value, dict):
         return {k: _absolute_paths(v, k) for k, v in value.items()}
-    if (
-        (isinstance(value, str)
-        and key in {"path", "app"})
-        or (isinstance(value, str) and value.startswith("./") and ".py:" in value)
+    if (isinstance(value, str) and key in {"path", "app"}) or (
+        isinstance(value, str) and value.startswith("./") and ".py:" in value
     ):
         return _absolute(value)
     return value

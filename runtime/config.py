@@ -200,9 +200,9 @@ class KubernetesSandboxConfig(_Section):
     warm_pool_size: int = Field(default=0, ge=0)
     max_pods: int = Field(default=50, ge=1)
     ready_timeout_seconds: float = Field(default=120, gt=0)
-    command_timeout_seconds: float = Field(default=600, gt=0)
-    max_output_bytes: int = Field(default=1_000_000, ge=1024)
-    max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
+    max_file_bytes: int = Field(
+        default=100 * 1024 * 1024, ge=1024, description="upload/download size limit"
+    )
     api_timeout_seconds: float = Field(default=30, gt=0)
     api_threads: int = Field(default=16, ge=2, le=256)
     network: KubernetesNetworkConfig = Field(default_factory=KubernetesNetworkConfig)
@@ -225,6 +225,13 @@ class SandboxConfig(_Section):
     """Which sandbox provider runs the agent's shell and files."""
 
     use: str = "sandbox.local:LocalSandboxProvider"
+    command_timeout_seconds: float = Field(default=300.0, gt=0, le=86400)
+    max_output_bytes: int = Field(default=131072, ge=1024, le=64 * 1024 * 1024)
+    max_read_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    secret_env_patterns: list[str] = Field(
+        default_factory=list,
+        description="extra env-name patterns kept out of commands (beyond *KEY* *SECRET* ...)",
+    )
     kubernetes: KubernetesSandboxConfig = Field(default_factory=KubernetesSandboxConfig)
 
 

@@ -3,14 +3,39 @@
 Tools and guard middlewares only ever speak this interface, so they run
 unchanged on the local provider (development) and the Kubernetes provider
 (production). Paths are always *virtual* (``/mnt/user-data/...``,
-``/mnt/skills``); each provider maps them onto its own storage.
+``/mnt/skills``); each provider maps them onto its own storage and refuses
+anything that escapes (``sandbox.paths.parse_virtual_path`` does the lexical
+part for every provider). ``tests/sandbox/contract.py`` is the executable
+version of this contract: a provider is done when it passes that suite.
+
+Conventions every provider keeps:
+
+- ``execute_command`` combines stdout and stderr into ``output`` (UTF-8,
+  undecodable bytes replaced), caps it while streaming (head and tail kept,
+  the middle replaced by a note, ``truncated=True``), kills the whole process
+  tree on timeout (``timed_out=True``), and never passes environment variables
+  whose names look like secrets (``sandbox.env``).
+- ``read_file`` returns text (UTF-8 with replacement characters for invalid
+  bytes); a binary file raises ``SandboxError`` naming it as binary. Line
+  numbers are 1-based and inclusive.
+- ``list_dir`` returns virtual paths; directories end with ``/``, symbolic
+  links end with ``@`` and are never followed.
+- Symbolic links are never followed by file operations: a link anywhere in
+  a path raises ``SandboxPathError``.
+- User-caused problems (missing file, bad path, invalid regex) raise
+  ``SandboxError`` subclasses with a message a model can act on.
 """
 
 from __future__ import annotations
 
 import abc
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runtime.config import Settings
 
 __all__ = [
     "CommandResult",
@@ -46,10 +71,28 @@ class GrepMatch:
 
 
 class Sandbox(abc.ABC):
-    """One (user, thread)'s shell and filesystem."""
+    """One (user, thread)'s shell and filesystem.
 
-    def __init__(self, sandbox_id: str) -> None:
+    ``user_id`` / ``thread_id`` name the owner. Callers that find a sandbox by
+    an id read from graph state (which a client can edit) check them before
+    use, so a forged ``sandbox_id`` never reaches another user's sandbox; a
+    provider that leaves them ``None`` is simply re-acquired on every call.
+    """
+
+    #: True when ``/mnt/user-data`` *is* the host thread directory (local
+    #: provider). Otherwise presented outputs are copied to the host thread
+    #: directory (through ``download_bytes``) so the HTTP app can serve them.
+    shares_host_user_data: bool = False
+
+    def __init__(
+        self, sandbox_id: str, *, user_id: str | None = None, thread_id: str | None = None
+    ) -> None:
         self.id = sandbox_id
+        self.user_id = user_id
+        self.thread_id = thread_id
+
+    def belongs_to(self, user_id: str, thread_id: str) -> bool:
+        return self.user_id == user_id and self.thread_id == thread_id
 
     @abc.abstractmethod
     async def execute_command(
@@ -92,9 +135,31 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def download_bytes(self, path: str) -> bytes: ...
 
+    async def is_file(self, path: str) -> bool:
+        """Whether ``path`` is a regular file (not a link). Providers may do better."""
+        parent, name = posixpath.split(path.rstrip("/"))
+        if not name:
+            return False
+        try:
+            entries = await self.list_dir(parent or "/", max_depth=1)
+        except SandboxError:
+            return False
+        target = posixpath.join(parent, name)
+        return target in entries
+
 
 class SandboxProvider(abc.ABC):
     """Hands out sandboxes; chosen by config ``sandbox.use: module:Class``."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SandboxProvider:
+        """Build the provider from config. Must not do I/O (graph factories call it)."""
+        return cls()
+
+    @property
+    def allows_commands(self) -> bool:
+        """False when shell commands are switched off (the ``bash`` tool is then not offered)."""
+        return True
 
     @abc.abstractmethod
     async def acquire(self, thread_id: str, *, user_id: str) -> str:

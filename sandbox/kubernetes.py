@@ -27,7 +27,6 @@ import functools
 import json
 import logging
 import os
-import posixpath
 import re
 import secrets
 import time
@@ -41,14 +40,9 @@ from typing import Any, TypeVar
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from runtime.config import KubernetesSandboxConfig, Settings, get_settings
-from runtime.paths import (
-    VIRTUAL_OUTPUTS,
-    VIRTUAL_SKILLS,
-    VIRTUAL_UPLOADS,
-    VIRTUAL_USER_DATA,
-    VIRTUAL_WORKSPACE,
-)
+from auth.identity import make_safe_user_id
+from runtime.config import KubernetesSandboxConfig, SandboxConfig, Settings
+from runtime.paths import VIRTUAL_WORKSPACE
 from sandbox import _pod_agent
 from sandbox._k8s_exec import ExecFailure, ExecOutcome, run_exec
 from sandbox._k8s_pods import (
@@ -79,6 +73,8 @@ from sandbox.base import (
     SandboxPathError,
     SandboxProvider,
 )
+from sandbox.env import filter_env
+from sandbox.paths import parse_virtual_path
 
 __all__ = ["KubernetesSandbox", "KubernetesSandboxProvider"]
 
@@ -86,10 +82,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_WRITABLE_ROOTS = (VIRTUAL_WORKSPACE, VIRTUAL_UPLOADS, VIRTUAL_OUTPUTS)
-_VIRTUAL_ROOTS = (VIRTUAL_USER_DATA, VIRTUAL_SKILLS)
-_SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASS", re.IGNORECASE)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME": "/tmp",
@@ -113,36 +105,39 @@ _BOOTSTRAP = (
     "import sys,zlib;n=int(sys.argv.pop(1));"
     "exec(compile(zlib.decompress(sys.stdin.buffer.read(n)),'deerflow_pod_agent','exec'))"
 )
+MAX_GREP_RESULTS = 1000
+_MAX_JSON_REPLY = 8 * 1024 * 1024  # listings and search results
 
 
-def check_virtual_path(path: Any, *, write: bool = False) -> str:
-    """Normalise a virtual path, refusing escapes before anything reaches the pod.
+def _virtual(path: Any, *, write: bool = False) -> str:
+    """Validate a virtual path before anything reaches the pod (the pod re-checks links)."""
+    parsed = parse_virtual_path(path)
+    if write and not parsed.writable:
+        raise SandboxPathError(f"{parsed}: {parsed.root} is read-only")
+    return parsed.virtual
 
-    Relative paths are taken relative to the workspace. Writes go only to the
-    workspace, uploads and outputs. The pod re-checks the real path (symlinks).
-    """
-    if not isinstance(path, str) or not path.strip():
-        raise SandboxPathError("a path is required")
-    if "\x00" in path:
-        raise SandboxPathError("path contains a NUL byte")
-    raw = path.strip()
-    if ".." in raw.split("/"):
-        raise SandboxPathError(f"path may not contain '..': {raw}")
-    if not raw.startswith("/"):
-        raw = f"{VIRTUAL_WORKSPACE}/{raw}"
-    normal = posixpath.normpath(raw)
-    if write:
-        if any(normal.startswith(root + "/") for root in _WRITABLE_ROOTS):
-            return normal
+
+def _check_relative_pattern(pattern: Any) -> str:
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise SandboxError("glob pattern is empty")
+    if pattern.startswith("/") or ".." in pattern.split("/") or "\x00" in pattern:
         raise SandboxPathError(
-            f"files can only be written under {', '.join(_WRITABLE_ROOTS)}: {raw}"
+            f"glob pattern {pattern!r} must be relative to `path` and must not contain '..'"
         )
-    for root in _VIRTUAL_ROOTS:
-        if normal == root or normal.startswith(root + "/"):
-            return normal
-    raise SandboxPathError(
-        f"path is outside the sandbox directories ({', '.join(_VIRTUAL_ROOTS)}): {raw}"
-    )
+    return pattern
+
+
+def _check_search_pattern(pattern: Any, *, literal: bool, case_sensitive: bool) -> str:
+    """Refuse an empty or invalid regex here, without a round trip to the pod."""
+    if not isinstance(pattern, str) or pattern == "":
+        raise SandboxError("pattern is empty")
+    try:
+        re.compile(re.escape(pattern) if literal else pattern, 0 if case_sensitive else re.I)
+    except re.error as exc:
+        raise SandboxError(
+            f"invalid regular expression {pattern!r}: {exc}; pass literal=true to search text"
+        ) from None
+    return pattern
 
 
 def _status_message(exc: ApiException) -> str:
@@ -218,8 +213,12 @@ class _HelperResult:
 class KubernetesSandbox(Sandbox):
     """One (user, thread)'s pod. Every method is one pods/exec of the helper."""
 
+    # /mnt/user-data lives in the pod: presented outputs are copied out through
+    # download_bytes for the HTTP app to serve.
+    shares_host_user_data = False
+
     def __init__(self, sandbox_id: str, provider: KubernetesSandboxProvider, entry: _Entry):
-        super().__init__(sandbox_id)
+        super().__init__(sandbox_id, user_id=entry.user_id, thread_id=entry.thread_id)
         self._provider = provider
         self._entry = entry
 
@@ -234,71 +233,72 @@ class KubernetesSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> CommandResult:
-        if not isinstance(command, str):
-            raise SandboxError("command must be a string")
-        cfg = self._provider.config
-        limit = cfg.command_timeout_seconds if timeout is None else float(timeout)
+        if not isinstance(command, str) or not command.strip():
+            raise SandboxError("command is empty")
+        if "\x00" in command:
+            raise SandboxError("command contains a NUL byte")
+        provider = self._provider
+        limit = provider.command_timeout if timeout is None else float(timeout)
         if limit <= 0:
-            raise SandboxError("timeout must be positive")
+            raise SandboxError(f"timeout must be positive, got {timeout}")
         request = {
             "op": "exec",
             "command": command,
-            "env": self._provider.command_env(env),
-            "cwd": VIRTUAL_WORKSPACE,
+            "env": provider.command_env(env),
             "timeout": limit,
-            "max_output": cfg.max_output_bytes,
-            "shell": cfg.shell,
+            "max_output": provider.max_output_bytes,
+            "shell": provider.config.shell,
         }
-        done = await self._provider.helper(
-            self._entry, request, timeout=limit + _EXEC_GRACE, max_stdout=cfg.max_output_bytes
+        done = await provider.helper(
+            self._entry,
+            request,
+            timeout=limit + _EXEC_GRACE,
+            max_stdout=provider.max_output_bytes + 1024,
         )
         result = done.result
-        output = done.payload.decode("utf-8", "replace")
-        truncated = bool(result.get("truncated"))
-        if truncated:
-            total = int(result.get("total_bytes") or 0)
-            output += (
-                f"\n[output truncated: showing the first {cfg.max_output_bytes} of {total} bytes]"
+        head_len = int(result.get("head") or 0)
+        total = int(result.get("total") or 0)
+        head = done.payload[:head_len].decode("utf-8", "replace")
+        tail = done.payload[head_len:].decode("utf-8", "replace")
+        omitted = total - len(done.payload)
+        if omitted > 0:
+            output = (
+                f"{head}\n\n[... output truncated: {omitted} of {total} bytes omitted; "
+                f"redirect large output to a file and read parts of it ...]\n\n{tail}"
             )
+        else:
+            output = head + tail
         if done.recreated:
             output = _RECREATED_NOTE + output
         return CommandResult(
             output=output,
             exit_code=int(result.get("exit_code", -1)),
             timed_out=bool(result.get("timed_out")),
-            truncated=truncated,
+            truncated=omitted > 0,
         )
 
     async def read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
     ) -> str:
-        target = check_virtual_path(path)
-        for label, value in (("start_line", start_line), ("end_line", end_line)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise SandboxError(f"{label} must be a positive integer")
-        if start_line is not None and end_line is not None and end_line < start_line:
-            raise SandboxError("end_line must not be before start_line")
-        cfg = self._provider.config
+        target = _virtual(path)
+        if start_line is not None and start_line < 1:
+            raise SandboxError(f"start_line must be >= 1, got {start_line}")
+        if end_line is not None and end_line < (start_line or 1):
+            raise SandboxError(f"end_line ({end_line}) is before start_line ({start_line or 1})")
+        limit = self._provider.max_read_bytes
         done = await self._provider.helper(
             self._entry,
             {
                 "op": "read",
+                "mode": "text",
                 "path": target,
                 "start_line": start_line,
                 "end_line": end_line,
-                "max_bytes": cfg.max_output_bytes,
-                "allow_truncate": True,
+                "max_bytes": limit,
             },
-            max_stdout=cfg.max_output_bytes,
+            max_stdout=limit + 1,
         )
-        text = done.payload.decode("utf-8", "replace")
-        if done.result.get("truncated"):
-            size = int(done.result.get("size") or 0)
-            text += (
-                f"\n[file truncated: showing the first {cfg.max_output_bytes} bytes of {size}; "
-                "read a line range to see more]"
-            )
-        return text
+        return done.payload.decode("utf-8", "replace")
 
     async def write_file(self, path: str, content: str, append: bool = False) -> None:
         if not isinstance(content, str):
@@ -311,10 +311,10 @@ class KubernetesSandbox(Sandbox):
         await self._write(path, bytes(data), append=False)
 
     async def _write(self, path: str, data: bytes, *, append: bool) -> None:
-        target = check_virtual_path(path, write=True)
+        target = _virtual(path, write=True)
         limit = self._provider.config.max_file_bytes
         if len(data) > limit:
-            raise SandboxError(f"{target}: {len(data)} bytes is over the {limit} byte limit")
+            raise SandboxError(f"{target}: {len(data)} bytes is more than the {limit}-byte limit")
         await self._provider.helper(
             self._entry,
             {"op": "write", "path": target, "size": len(data), "append": bool(append)},
@@ -322,30 +322,38 @@ class KubernetesSandbox(Sandbox):
         )
 
     async def download_bytes(self, path: str) -> bytes:
-        target = check_virtual_path(path)
+        target = _virtual(path)
         limit = self._provider.config.max_file_bytes
         done = await self._provider.helper(
             self._entry,
-            {"op": "read", "path": target, "max_bytes": limit},
-            max_stdout=limit,
+            {"op": "read", "mode": "bytes", "path": target, "max_bytes": limit},
+            max_stdout=limit + 1,
         )
         return done.payload
 
+    async def is_file(self, path: str) -> bool:
+        try:
+            target = _virtual(path)
+        except SandboxError:
+            return False
+        done = await self._provider.helper(self._entry, {"op": "is_file", "path": target})
+        return done.payload.strip() == b"true"
+
     async def list_dir(self, path: str, max_depth: int = 2) -> list[str]:
-        target = check_virtual_path(path)
+        target = _virtual(path)
+        depth = min(max(int(max_depth), 1), 5)
         done = await self._provider.helper(
-            self._entry, {"op": "list", "path": target, "max_depth": int(max_depth)}
+            self._entry, {"op": "list", "path": target, "max_depth": depth}
         )
-        return _json_list(done.payload)
+        return [str(p) for p in _json_list(done.payload)]
 
     async def glob(self, pattern: str, path: str) -> list[str]:
-        if not isinstance(pattern, str) or not pattern:
-            raise SandboxError("a glob pattern is required")
-        target = check_virtual_path(path)
+        _check_relative_pattern(pattern)
+        target = _virtual(path)
         done = await self._provider.helper(
             self._entry, {"op": "glob", "pattern": pattern, "path": target}
         )
-        return _json_list(done.payload)
+        return [str(p) for p in _json_list(done.payload)]
 
     async def grep(
         self,
@@ -357,9 +365,10 @@ class KubernetesSandbox(Sandbox):
         case_sensitive: bool = False,
         max_results: int = 100,
     ) -> list[GrepMatch]:
-        if not isinstance(pattern, str) or not pattern:
-            raise SandboxError("a search pattern is required")
-        target = check_virtual_path(path)
+        _check_search_pattern(pattern, literal=literal, case_sensitive=case_sensitive)
+        if glob is not None:
+            _check_relative_pattern(glob)
+        target = _virtual(path)
         done = await self._provider.helper(
             self._entry,
             {
@@ -369,7 +378,8 @@ class KubernetesSandbox(Sandbox):
                 "glob": glob,
                 "literal": bool(literal),
                 "case_sensitive": bool(case_sensitive),
-                "max_results": int(max_results),
+                "max_results": min(max(int(max_results), 1), MAX_GREP_RESULTS),
+                "max_bytes": self._provider.max_read_bytes,
             },
         )
         return [
@@ -391,22 +401,28 @@ def _json_list(payload: bytes) -> list[Any]:
 class KubernetesSandboxProvider(SandboxProvider):
     """Hands out one pod per (user, thread) in the configured namespace.
 
-    ``settings`` defaults to the process's settings. ``configuration`` (a
-    ``kubernetes.client.Configuration``) overrides kubeconfig/in-cluster loading.
-    ``clock`` is the wall clock used for idle times (tests move it).
+    ``config`` is ``sandbox.kubernetes``; ``limits`` is the ``sandbox`` section
+    (command timeout, output and read caps, extra secret env patterns shared
+    with every provider). ``configuration`` (a ``kubernetes.client.Configuration``)
+    overrides kubeconfig/in-cluster loading. ``clock`` is the wall clock of idle
+    times (tests move it). Construction does no I/O.
     """
 
     def __init__(
         self,
-        settings: Settings | None = None,
-        *,
         config: KubernetesSandboxConfig | None = None,
+        *,
+        limits: SandboxConfig | None = None,
         configuration: client.Configuration | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if config is None:
-            config = (settings or get_settings()).sandbox.kubernetes
+        limits = limits or SandboxConfig()
+        config = config or limits.kubernetes
         self.config = config
+        self.command_timeout = limits.command_timeout_seconds
+        self.max_output_bytes = limits.max_output_bytes
+        self.max_read_bytes = limits.max_read_bytes
+        self.secret_env_patterns = tuple(limits.secret_env_patterns)
         self._configuration = configuration
         self._clock = clock
         self._executor = ThreadPoolExecutor(
@@ -426,12 +442,16 @@ class KubernetesSandboxProvider(SandboxProvider):
         self._closed = False
         self.last_reconcile: dict[str, list[str]] = {}
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KubernetesSandboxProvider:
+        return cls(settings.sandbox.kubernetes, limits=settings.sandbox)
+
     # --- public contract ------------------------------------------------------
 
     async def acquire(self, thread_id: str, *, user_id: str) -> str:
-        for label, value in (("thread_id", thread_id), ("user_id", user_id)):
-            if not isinstance(value, str) or not value:
-                raise SandboxError(f"{label} is required to acquire a sandbox")
+        for label, value in (("user_id", user_id), ("thread_id", thread_id)):
+            if not isinstance(value, str) or not value or make_safe_user_id(value) != value:
+                raise SandboxError(f"unsafe {label} {value!r} for a sandbox")
         await self.start()
         key = sandbox_key(self.config.server_id, user_id, thread_id)
         sandbox_id = sandbox_name(key)
@@ -1085,16 +1105,13 @@ class KubernetesSandboxProvider(SandboxProvider):
     # --- operations --------------------------------------------------------------
 
     def command_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        """The explicit environment of a command: base, config, then caller (no secrets)."""
+        """A command's whole environment: fixed base, config, caller; never secrets.
+
+        Nothing of the server's own environment reaches the pod.
+        """
         merged = dict(_BASE_ENV)
-        for source in (self.config.env, env or {}):
-            for name, value in source.items():
-                if not isinstance(name, str) or not _ENV_NAME.match(name):
-                    raise SandboxError(f"invalid environment variable name: {name!r}")
-                if _SECRET_NAME.search(name):
-                    logger.info("not passing secret-looking variable %s into the sandbox", name)
-                    continue
-                merged[name] = str(value)
+        merged.update(filter_env(self.config.env, env, extra_patterns=self.secret_env_patterns))
+        merged["PWD"] = VIRTUAL_WORKSPACE
         return merged
 
     async def _pod_for_op(self, entry: _Entry) -> str:
@@ -1116,8 +1133,12 @@ class KubernetesSandboxProvider(SandboxProvider):
     ) -> _HelperResult:
         """Run one helper request in the entry's pod; recreate a vanished pod once."""
         await self._connect()
-        limit = max_stdout if max_stdout is not None else self.config.max_output_bytes
-        budget = timeout if timeout is not None else self.config.api_timeout_seconds + 60.0
+        limit = max_stdout if max_stdout is not None else _MAX_JSON_REPLY
+        if timeout is not None:
+            budget = timeout
+        else:  # file operations: a base allowance plus one second per MiB moved
+            moved = len(stdin or b"") + (max_stdout or 0)
+            budget = self.config.api_timeout_seconds + 60.0 + moved / (1024 * 1024)
         encoded = json.dumps(request).encode("utf-8")
         code = self._helper_code
         argv = [self.config.python, "-I", "-S", "-c", _BOOTSTRAP, str(len(code)), str(len(encoded))]

@@ -629,22 +629,28 @@ async def kubernetes_provider(
     root: Path,
     *,
     cluster: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
     clock: Any = None,
     **config: Any,
 ) -> AsyncIterator[tuple[Any, FakeKubernetes]]:
     """A ``KubernetesSandboxProvider`` wired to a fresh fake cluster through a kubeconfig.
 
-    ``config`` entries are ``sandbox.kubernetes`` keys. Yields (provider, fake).
+    ``config`` entries are ``sandbox.kubernetes`` keys, ``limits`` entries
+    ``sandbox`` keys (timeouts and caps), ``cluster`` entries ``FakeKubernetes``
+    options. Yields (provider, fake).
     """
-    from runtime.config import KubernetesSandboxConfig
+    from runtime.config import KubernetesSandboxConfig, SandboxConfig
     from sandbox.kubernetes import KubernetesSandboxProvider
 
     async with fake_cluster(root / "cluster", **(cluster or {})) as fake:
         namespace = config.setdefault("namespace", "deerflow-sandbox")
         kubeconfig = fake.kubeconfig(root / "kubeconfig", namespace=namespace)
-        settings = KubernetesSandboxConfig(kubeconfig=str(kubeconfig), **config)
+        section = KubernetesSandboxConfig(kubeconfig=str(kubeconfig), **config)
+        sandbox = SandboxConfig.model_validate(
+            {"use": "sandbox.kubernetes:KubernetesSandboxProvider", **(limits or {})}
+        )
         extra = {"clock": clock} if clock is not None else {}
-        provider = KubernetesSandboxProvider(config=settings, **extra)
+        provider = KubernetesSandboxProvider(section, limits=sandbox, **extra)
         try:
             yield provider, fake
         finally:

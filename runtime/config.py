@@ -204,7 +204,10 @@ class KubernetesSandboxConfig(_Section):
         default=100 * 1024 * 1024, ge=1024, description="upload/download size limit"
     )
     api_timeout_seconds: float = Field(default=30, gt=0)
-    api_threads: int = Field(default=16, ge=2, le=256)
+    api_threads: int = Field(default=8, ge=2, le=256, description="threads for API calls")
+    exec_threads: int = Field(
+        default=64, ge=2, le=1024, description="threads for execs (one per running command)"
+    )
     network: KubernetesNetworkConfig = Field(default_factory=KubernetesNetworkConfig)
 
     @model_validator(mode="after")

@@ -131,12 +131,14 @@ def run_exec(
     deadline: float,
     max_stdout: int,
     on_open: Callable[[Any], None] | None = None,
+    stderr_sink: bytearray | None = None,
 ) -> ExecOutcome:
     """Run ``argv`` in the pod and collect its output until the process ends.
 
     ``deadline`` is a ``time.monotonic()`` instant; past it the stream is closed
     and ``ExecFailure('deadline')`` raised. Stdout beyond ``max_stdout`` bytes is
-    discarded (``stdout_overflow``).
+    discarded (``stdout_overflow``). ``stderr_sink``, if given, receives stderr
+    as it arrives (the caller reads the helper's process id from it).
     """
     api = _exec_api(configuration)
     try:
@@ -161,7 +163,7 @@ def run_exec(
         on_open(ws)
     protocol = getattr(ws, "subprotocol", None)
     stdout = bytearray()
-    stderr = bytearray()
+    stderr = stderr_sink if stderr_sink is not None else bytearray()
     error = bytearray()
     overflow = False
 

@@ -35,6 +35,7 @@ import sys
 import time
 
 RESULT_MARKER = "DEERFLOW-RESULT "
+PID_MARKER = "DEERFLOW-PID "
 
 USER_DATA = "/mnt/user-data"
 WORKSPACE = USER_DATA + "/workspace"
@@ -234,6 +235,9 @@ def op_exec(req: dict) -> None:
         close_fds=True,
     )
     assert proc.stdout is not None
+    # The provider kills this process group if the run is cancelled mid-command.
+    sys.stderr.write(f"{PID_MARKER}{proc.pid}\n")
+    sys.stderr.flush()
     fd = proc.stdout.fileno()
     capture = _Capture(int(req.get("max_output") or 131072), sys.stdout.buffer)
     deadline = time.monotonic() + timeout
@@ -435,6 +439,14 @@ def _replace(root: str, parents: tuple, name: str, shown: str, payload: _Payload
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp, dir_fd=dir_fd)
         os.close(dir_fd)
+
+
+def op_kill(req: dict) -> None:
+    """Kill a command's process group (the run that started it was cancelled)."""
+    pid = int(req["pid"])
+    if pid > 1:
+        _kill_group(pid)
+    _emit_result({"ok": True})
 
 
 def op_is_file(req: dict) -> None:
@@ -647,6 +659,7 @@ def op_grep(req: dict) -> None:
 
 OPS = {
     "exec": op_exec,
+    "kill": op_kill,
     "read": op_read,
     "write": op_write,
     "is_file": op_is_file,

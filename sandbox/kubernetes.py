@@ -42,7 +42,7 @@ from kubernetes.client.exceptions import ApiException
 
 from auth.identity import make_safe_user_id
 from runtime.config import KubernetesSandboxConfig, SandboxConfig, Settings
-from runtime.paths import VIRTUAL_WORKSPACE
+from runtime.paths import VIRTUAL_UPLOADS, VIRTUAL_WORKSPACE, thread_paths
 from sandbox import _pod_agent
 from sandbox._k8s_exec import ExecFailure, ExecOutcome, run_exec
 from sandbox._k8s_pods import (
@@ -106,6 +106,7 @@ _BOOTSTRAP = (
     "exec(compile(zlib.decompress(sys.stdin.buffer.read(n)),'deerflow_pod_agent','exec'))"
 )
 MAX_GREP_RESULTS = 1000
+_PID = re.compile(rb"DEERFLOW-PID (\d+)\n")
 _MAX_JSON_REPLY = 8 * 1024 * 1024  # listings and search results
 
 
@@ -201,6 +202,10 @@ class _Entry:
     last_activity: float = 0.0
     last_touch_patch: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Host uploads copied into the current pod: name -> (size, mtime_ns).
+    synced: dict[str, tuple[int, int]] = field(default_factory=dict)
+    sync_pending: bool = True
+    syncing: bool = False
 
 
 @dataclass
@@ -403,7 +408,9 @@ class KubernetesSandboxProvider(SandboxProvider):
 
     ``config`` is ``sandbox.kubernetes``; ``limits`` is the ``sandbox`` section
     (command timeout, output and read caps, extra secret env patterns shared
-    with every provider). ``configuration`` (a ``kubernetes.client.Configuration``)
+    with every provider). ``data_root`` is the server's data root: files
+    uploaded over HTTP into a thread's host uploads directory are copied into
+    its pod. ``configuration`` (a ``kubernetes.client.Configuration``)
     overrides kubeconfig/in-cluster loading. ``clock`` is the wall clock of idle
     times (tests move it). Construction does no I/O.
     """
@@ -413,6 +420,7 @@ class KubernetesSandboxProvider(SandboxProvider):
         config: KubernetesSandboxConfig | None = None,
         *,
         limits: SandboxConfig | None = None,
+        data_root: Path | None = None,
         configuration: client.Configuration | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -425,9 +433,15 @@ class KubernetesSandboxProvider(SandboxProvider):
         self.secret_env_patterns = tuple(limits.secret_env_patterns)
         self._configuration = configuration
         self._clock = clock
+        # Two pools: a long command holds an exec thread for its whole run, and
+        # must never starve the short API calls (acquire, release, reaper).
         self._executor = ThreadPoolExecutor(
-            max_workers=config.api_threads, thread_name_prefix="k8s-sandbox"
+            max_workers=config.api_threads, thread_name_prefix="k8s-sandbox-api"
         )
+        self._exec_executor = ThreadPoolExecutor(
+            max_workers=config.exec_threads, thread_name_prefix="k8s-sandbox-exec"
+        )
+        self._data_root = data_root
         self._core: client.CoreV1Api | None = None
         self._helper_code: bytes = b""
         self._spec_hash = spec_hash(config)
@@ -444,7 +458,11 @@ class KubernetesSandboxProvider(SandboxProvider):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesSandboxProvider:
-        return cls(settings.sandbox.kubernetes, limits=settings.sandbox)
+        return cls(
+            settings.sandbox.kubernetes,
+            limits=settings.sandbox,
+            data_root=settings.data_root_path(),
+        )
 
     # --- public contract ------------------------------------------------------
 
@@ -469,6 +487,8 @@ class KubernetesSandboxProvider(SandboxProvider):
             await self._ensure_pod(entry, activate=True)
             entry.refcount += 1
             entry.last_activity = entry.last_touch_patch = self._clock()
+        entry.sync_pending = True  # a new run: files may have been uploaded since
+        await self._sync_uploads(entry)
         sandbox = self._sandboxes.get(sandbox_id)
         if sandbox is None:
             sandbox = KubernetesSandbox(sandbox_id, self, entry)
@@ -516,6 +536,7 @@ class KubernetesSandboxProvider(SandboxProvider):
         await self.reset()
         self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._exec_executor.shutdown(wait=False, cancel_futures=True)
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -595,6 +616,12 @@ class KubernetesSandboxProvider(SandboxProvider):
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    async def _call_exec(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._exec_executor, functools.partial(fn, *args, **kwargs)
+        )
 
     @property
     def _api(self) -> client.CoreV1Api:
@@ -722,6 +749,9 @@ class KubernetesSandboxProvider(SandboxProvider):
         self._mark_ready(entry, entry.pod_name, created=True, had_pod=had_pod)
 
     def _mark_ready(self, entry: _Entry, name: str, *, created: bool, had_pod: bool) -> None:
+        if created or name != entry.pod_name:
+            entry.synced.clear()  # a new pod has none of the uploads
+            entry.sync_pending = True
         entry.pod_name = name
         entry.ready = True
         entry.verify = False
@@ -1145,8 +1175,11 @@ class KubernetesSandboxProvider(SandboxProvider):
         data = code + encoded + (stdin or b"")
         for attempt in range(2):
             pod = await self._pod_for_op(entry)
+            if entry.sync_pending and not entry.syncing:
+                await self._sync_uploads(entry)
+                pod = await self._pod_for_op(entry)
             try:
-                outcome = await self._exec(pod, argv, data, budget, limit)
+                outcome = await self._exec(entry, pod, argv, data, budget, limit)
             except ExecFailure as failure:
                 if failure.kind == "gone" and attempt == 0:
                     entry.ready = False
@@ -1158,6 +1191,39 @@ class KubernetesSandboxProvider(SandboxProvider):
             self._touch(entry)
             return _HelperResult(*self._helper_result(outcome), recreated=recreated)
         raise SandboxError(f"sandbox pod {entry.pod_name} is not running; try again")
+
+    async def _sync_uploads(self, entry: _Entry) -> None:
+        """Copy files uploaded over HTTP (host thread directory) into the pod.
+
+        Only what changed since the last copy into this pod moves; with no new
+        uploads this makes no API call. A failure is logged, not raised: the run
+        goes on and a missing file reads as missing.
+        """
+        entry.sync_pending = False
+        if self._data_root is None:
+            return
+        folder = thread_paths(self._data_root, entry.user_id, entry.thread_id).uploads
+        entry.syncing = True
+        try:
+            found = await self._call(_scan_uploads, folder)
+            for name, signature in sorted(found.items()):
+                if entry.synced.get(name) == signature:
+                    continue
+                data = await self._call(_read_upload, folder / name, self.config.max_file_bytes)
+                if data is None:
+                    logger.warning("upload %s is not copied into the sandbox (too large)", name)
+                    continue
+                await self.helper(
+                    entry,
+                    {"op": "write", "path": f"{VIRTUAL_UPLOADS}/{name}", "size": len(data)},
+                    stdin=data,
+                )
+                entry.synced[name] = signature
+        except (SandboxError, OSError) as exc:
+            entry.sync_pending = True
+            logger.warning("could not copy uploads into sandbox pod %s: %s", entry.pod_name, exc)
+        finally:
+            entry.syncing = False
 
     def _exec_error(self, entry: _Entry, failure: ExecFailure) -> SandboxError:
         if failure.kind == "forbidden":
@@ -1186,14 +1252,21 @@ class KubernetesSandboxProvider(SandboxProvider):
         )
 
     async def _exec(
-        self, pod: str, argv: list[str], stdin: bytes | None, budget: float, max_stdout: int
+        self,
+        entry: _Entry,
+        pod: str,
+        argv: list[str],
+        stdin: bytes | None,
+        budget: float,
+        max_stdout: int,
     ) -> ExecOutcome:
         configuration = self._configuration
         assert configuration is not None
         holder: dict[str, Any] = {}
+        stderr = bytearray()
         deadline = time.monotonic() + budget
         future = asyncio.ensure_future(
-            self._call(
+            self._call_exec(
                 run_exec,
                 configuration,
                 self.config.namespace,
@@ -1204,16 +1277,27 @@ class KubernetesSandboxProvider(SandboxProvider):
                 deadline=deadline,
                 max_stdout=max_stdout,
                 on_open=functools.partial(holder.__setitem__, "ws"),
+                stderr_sink=stderr,
             )
         )
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
+            # The run was cancelled: stop the command in the pod, not just the stream.
+            found = _PID.search(bytes(stderr))
+            if found:
+                self._spawn(self._kill_command(entry, int(found.group(1))), "k8s-sandbox-kill")
             ws = holder.get("ws")
             if ws is not None:
                 with contextlib.suppress(Exception):
                     await self._call(ws.close)
             raise
+
+    async def _kill_command(self, entry: _Entry, pid: int) -> None:
+        try:
+            await self.helper(entry, {"op": "kill", "pid": pid})
+        except SandboxError as exc:
+            logger.warning("could not stop a cancelled command in %s: %s", entry.pod_name, exc)
 
     def _helper_result(self, outcome: ExecOutcome) -> tuple[bytes, dict[str, Any]]:
         result = _parse_result(outcome.stderr)
@@ -1249,6 +1333,29 @@ class KubernetesSandboxProvider(SandboxProvider):
                 await self._patch_pod(name, body)
 
         self._spawn(patch(), "k8s-sandbox-touch")
+
+
+def _scan_uploads(folder: Path) -> dict[str, tuple[int, int]]:
+    """Regular files directly in ``folder`` (links skipped): name -> (size, mtime_ns)."""
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        with os.scandir(folder) as entries:
+            for item in entries:
+                if item.is_file(follow_symlinks=False):
+                    info = item.stat(follow_symlinks=False)
+                    found[item.name] = (info.st_size, info.st_mtime_ns)
+    except FileNotFoundError:
+        pass
+    return found
+
+
+def _read_upload(path: Path, limit: int) -> bytes | None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size > limit:
+            return None
+        data = handle.read(limit + 1)
+    return data if len(data) <= limit else None
 
 
 def _parse_result(stderr: bytes) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from blockbuster import blockbuster_ctx
 
+from runtime.paths import thread_paths
 from sandbox._k8s_pods import (
     ANN_LAST_ACTIVITY,
     ANN_SPEC_HASH,
@@ -729,6 +731,85 @@ async def test_pvc_workspace_creates_a_claim_per_thread(k8s: Callable[..., Any])
             "persistentVolumeClaim": {"claimName": f"{sandbox.id}-data"},
         }
         assert fake.count("pvc-create") == 1
+
+
+async def test_http_uploads_are_copied_into_the_pod(
+    k8s: Callable[..., Any], tmp_path: Path
+) -> None:
+    data_root = tmp_path / "data"
+    uploads = thread_paths(data_root, "alice", "t1").uploads
+    uploads.mkdir(parents=True)
+    (uploads / "report.csv").write_text("a,b\n1,2\n")
+    (uploads / "image.png").write_bytes(b"\x89PNG\x00\x01")
+    (uploads / "link").symlink_to("/etc/hostname")
+    async with k8s(data_root=data_root) as (provider, fake):
+        sandbox = await _sandbox(provider)
+        assert await sandbox.read_file("/mnt/user-data/uploads/report.csv") == "a,b\n1,2\n"
+        assert (
+            await sandbox.download_bytes("/mnt/user-data/uploads/image.png") == b"\x89PNG\x00\x01"
+        )
+        assert await sandbox.list_dir("/mnt/user-data/uploads") == [
+            "/mnt/user-data/uploads/image.png",
+            "/mnt/user-data/uploads/report.csv",
+        ]
+        # Nothing new: the next run's acquire copies nothing.
+        await provider.release(sandbox.id)
+        fake.reset_counts()
+        await provider.acquire("t1", user_id="alice")
+        assert fake.count("exec") == 0
+        # A new upload between runs arrives with the next acquire.
+        (uploads / "notes.txt").write_text("new")
+        await provider.release(sandbox.id)
+        fake.reset_counts()
+        await provider.acquire("t1", user_id="alice")
+        assert fake.count("exec") == 1
+        assert await sandbox.read_file("/mnt/user-data/uploads/notes.txt") == "new"
+        # A recreated pod gets them all again before its first operation.
+        await fake.delete_pod(NS, sandbox.pod_name)
+        result = await sandbox.execute_command("ls /mnt/user-data/uploads")
+        assert result.output.split()[-3:] == ["image.png", "notes.txt", "report.csv"]
+
+
+async def test_long_commands_do_not_starve_api_calls(k8s: Callable[..., Any]) -> None:
+    async with k8s(api_threads=2, exec_threads=4) as (provider, fake):
+        first = await _sandbox(provider, "t1")
+        second = await _sandbox(provider, "t2")
+        sleepers = [
+            asyncio.create_task(sandbox.execute_command("sleep 5")) for sandbox in (first, second)
+        ]
+        for _ in range(200):
+            if fake.count("exec") >= 2:
+                break
+            await asyncio.sleep(0.02)
+        # Both API threads' worth of execs are running; acquiring still works.
+        third = await provider.acquire("t3", user_id="alice")
+        await provider.release(third)
+        assert not any(task.done() for task in sleepers)
+        for task in sleepers:
+            task.cancel()
+        await asyncio.gather(*sleepers, return_exceptions=True)
+
+
+async def test_cancelling_a_run_stops_its_command_in_the_pod(env: Env) -> None:
+    provider, _fake = env
+    sandbox = await _sandbox(provider)
+    task = asyncio.create_task(sandbox.execute_command(f"echo $$ > {WS}/pid; sleep 60"))
+    pid = ""
+    for _ in range(300):
+        await asyncio.sleep(0.02)
+        with contextlib.suppress(SandboxError):
+            pid = (await sandbox.read_file(f"{WS}/pid")).strip()
+        if pid:
+            break
+    assert pid
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    check = await sandbox.execute_command(
+        f"for i in $(seq 100); do st=$(awk '/^State:/{{print $2}}' /proc/{pid}/status 2>/dev/null); "
+        'if [ -z "$st" ] || [ "$st" = Z ]; then echo gone; exit 0; fi; sleep 0.1; done; echo alive'
+    )
+    assert check.output.strip() == "gone"
 
 
 async def test_no_blocking_calls_on_the_event_loop(env: Env) -> None:

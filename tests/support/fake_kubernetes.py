@@ -631,6 +631,7 @@ async def kubernetes_provider(
     cluster: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
     clock: Any = None,
+    data_root: Path | None = None,
     **config: Any,
 ) -> AsyncIterator[tuple[Any, FakeKubernetes]]:
     """A ``KubernetesSandboxProvider`` wired to a fresh fake cluster through a kubeconfig.
@@ -650,7 +651,7 @@ async def kubernetes_provider(
             {"use": "sandbox.kubernetes:KubernetesSandboxProvider", **(limits or {})}
         )
         extra = {"clock": clock} if clock is not None else {}
-        provider = KubernetesSandboxProvider(section, limits=sandbox, **extra)
+        provider = KubernetesSandboxProvider(section, limits=sandbox, data_root=data_root, **extra)
         try:
             yield provider, fake
         finally:

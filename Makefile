@@ -11,7 +11,7 @@ export LANGGRAPH_CLI_NO_ANALYTICS := 1
 export LANGGRAPH_NO_VERSION_CHECK := true
 export LANGSMITH_TRACING ?= false
 
-.PHONY: install dev test lint format typecheck pytest bench clean
+.PHONY: install dev test lint format typecheck pytest bench bench-sandbox clean
 
 install: $(STAMP) .env
 
@@ -49,6 +49,10 @@ typecheck:
 
 pytest: install
 	$(BIN)/pytest
+
+# Sandbox providers side by side (local and Kubernetes on the fake cluster).
+bench-sandbox: install
+	$(BIN)/python -m bench.sandbox_providers
 
 clean:
 	rm -rf $(VENV) .langgraph_api .mypy_cache .pytest_cache .ruff_cache

@@ -7,8 +7,16 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
+from pydantic import BaseModel
 
-from runtime.config import ConfigError, KubernetesSandboxConfig, Settings, load_settings
+from runtime.config import (
+    PROJECT_ROOT,
+    ConfigError,
+    KubernetesSandboxConfig,
+    Settings,
+    load_settings,
+)
 from sandbox._k8s_pods import (
     PodView,
     pod_manifest,
@@ -18,6 +26,7 @@ from sandbox._k8s_pods import (
     spec_hash,
     warm_pod_name,
 )
+from sandbox.kubernetes import KubernetesSandboxProvider
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -210,3 +219,50 @@ def test_config_section_validation(tmp_path: Any, monkeypatch: pytest.MonkeyPatc
     settings = load_settings(empty)
     assert settings.sandbox.kubernetes.namespace == "agents"
     assert settings.sandbox.kubernetes.image == "img:1"
+
+
+def _keys(model: type[BaseModel]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        nested = (
+            annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            else None
+        )
+        tree[name] = _keys(nested) if nested else None
+    return tree
+
+
+def _shape(value: Any, model: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_shape(value[k], sub) if sub else None) for k, sub in model.items() if k in value}
+
+
+def test_config_example_documents_every_key_with_its_default() -> None:
+    example = yaml.safe_load((PROJECT_ROOT / "config.example.yaml").read_text())["sandbox"][
+        "kubernetes"
+    ]
+    tree = _keys(KubernetesSandboxConfig)
+    assert _shape(example, tree) == tree  # every key, nested ones too
+    assert KubernetesSandboxConfig.model_validate(example) == KubernetesSandboxConfig()
+
+
+def test_from_settings_uses_the_shared_limits_and_does_no_io() -> None:
+    settings = Settings.model_validate(
+        {
+            "data_root": "/srv/deerflow",
+            "sandbox": {
+                "use": "sandbox.kubernetes:KubernetesSandboxProvider",
+                "command_timeout_seconds": 42,
+                "max_output_bytes": 4096,
+                "secret_env_patterns": ["*INTERNAL*"],
+                "kubernetes": {"namespace": "agents", "kubeconfig": "/nonexistent/kubeconfig"},
+            },
+        }
+    )
+    provider = KubernetesSandboxProvider.from_settings(settings)
+    assert provider.config.namespace == "agents"
+    assert provider.command_timeout == 42 and provider.max_output_bytes == 4096
+    env = provider.command_env({"MY_INTERNAL_URL": "x", "VISIBLE": "y"})
+    assert "MY_INTERNAL_URL" not in env and env["VISIBLE"] == "y"
+    assert env["PWD"] == "/mnt/user-data/workspace"

@@ -58,21 +58,21 @@ async def _timed(samples: list[float], action: Callable[[], Awaitable[Any]]) -> 
     return result
 
 
-async def _measure(provider: SandboxProvider, iterations: int, label: str) -> dict[str, list[float]]:
+async def _measure(
+    provider: SandboxProvider, iterations: int, label: str
+) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {key: [] for key in METRICS}
     ids: list[str] = []
-    for index in range(iterations):
-        thread = f"{label}-{index}"
-        sandbox_id = await _timed(
-            samples["cold_acquire"], lambda t=thread: provider.acquire(t, user_id="bench")
-        )
-        ids.append(sandbox_id)
-    for index, sandbox_id in enumerate(ids):
+    threads = [f"{label}-{index}" for index in range(iterations)]
+    for thread in threads:
+        start = time.perf_counter()
+        ids.append(await provider.acquire(thread, user_id="bench"))
+        samples["cold_acquire"].append(time.perf_counter() - start)
+    for thread, sandbox_id in zip(threads, ids, strict=True):
         await provider.release(sandbox_id)
-        await _timed(
-            samples["warm_acquire"],
-            lambda i=index: provider.acquire(f"{label}-{i}", user_id="bench"),
-        )
+        start = time.perf_counter()
+        await provider.acquire(thread, user_id="bench")
+        samples["warm_acquire"].append(time.perf_counter() - start)
     sandbox = provider.get(ids[0])
     assert isinstance(sandbox, Sandbox)
     await sandbox.execute_command("true")  # first exec pays one-time costs
@@ -141,7 +141,7 @@ def _ms(value: float) -> str:
 
 def _p90(values: list[float]) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
 
 
 def render(results: list[Measured], iterations: int, note: str | None = None) -> str:

@@ -837,33 +837,9 @@ class KubernetesSandboxProvider(SandboxProvider):
         self, name: str, resource_version: str | None, deadline: float
     ) -> PodView:
         """Watch the pod until it is ready, fails, vanishes or the deadline passes."""
-        holder: dict[str, Any] = {}
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if deadline - time.monotonic() <= 0:
             raise self._not_ready_error(name, None)
-        future = asyncio.ensure_future(
-            self._call(self._watch_pod, name, resource_version, deadline, holder)
-        )
-        try:
-            outcome, pod = await asyncio.wait_for(asyncio.shield(future), remaining + 1.0)
-        except TimeoutError:
-            holder["stopped"] = True
-            stopper = holder.get("watch")
-            if stopper is not None:
-                stopper.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(future, 5.0)
-            outcome, pod = "timeout", holder.get("last")
-        except asyncio.CancelledError:
-            holder["stopped"] = True
-            stopper = holder.get("watch")
-            if stopper is not None:
-                stopper.stop()
-            raise
-        except ApiException as exc:
-            raise _api_error(exc, "watch a sandbox pod", self.config.namespace) from None
-        except OSError as exc:
-            raise SandboxError(f"the watch on sandbox pod {name} failed ({exc})") from None
+        outcome, pod = await self._watch(name, resource_version, deadline)
         if outcome == "ready" and pod is not None:
             return pod
         if outcome == "fatal" and pod is not None:
@@ -875,6 +851,41 @@ class KubernetesSandboxProvider(SandboxProvider):
         if outcome == "deleted":
             raise SandboxError(f"sandbox pod {name} was deleted while starting; try again")
         raise self._not_ready_error(name, pod)
+
+    async def _watch(
+        self,
+        name: str,
+        resource_version: str | None,
+        deadline: float,
+        *,
+        until_gone: bool = False,
+    ) -> tuple[str, PodView | None]:
+        """Run the blocking watch in a worker thread; stop it from here on timeout or cancel."""
+        holder: dict[str, Any] = {}
+        remaining = max(0.0, deadline - time.monotonic())
+        future = asyncio.ensure_future(
+            self._call(self._watch_pod, name, resource_version, deadline, holder, until_gone)
+        )
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), remaining + 1.0)
+        except TimeoutError:
+            holder["stopped"] = True
+            stopper = holder.get("watch")
+            if stopper is not None:
+                stopper.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(future, 5.0)
+            return "timeout", holder.get("last")
+        except asyncio.CancelledError:
+            holder["stopped"] = True
+            stopper = holder.get("watch")
+            if stopper is not None:
+                stopper.stop()
+            raise
+        except ApiException as exc:
+            raise _api_error(exc, "watch a sandbox pod", self.config.namespace) from None
+        except OSError as exc:
+            raise SandboxError(f"the watch on sandbox pod {name} failed ({exc})") from None
 
     def _not_ready_error(self, name: str, pod: PodView | None) -> SandboxError:
         reason = pod.pending_reason() if pod is not None else "no status yet"
@@ -889,9 +900,18 @@ class KubernetesSandboxProvider(SandboxProvider):
             await self._patch_pod(name, {"metadata": {"labels": {LABEL_STATE: STATE_IDLE}}})
 
     def _watch_pod(
-        self, name: str, resource_version: str | None, deadline: float, holder: dict[str, Any]
+        self,
+        name: str,
+        resource_version: str | None,
+        deadline: float,
+        holder: dict[str, Any],
+        until_gone: bool = False,
     ) -> tuple[str, PodView | None]:
-        """Blocking watch (worker thread). Returns (outcome, last pod seen)."""
+        """Blocking watch (worker thread). Returns (outcome, last pod seen).
+
+        Outcomes: ``ready``, ``fatal`` (cannot start), ``deleted``, ``timeout``.
+        With ``until_gone`` only the deletion ends it.
+        """
         last: PodView | None = None
         for _attempt in range(3):
             if holder.get("stopped"):
@@ -921,6 +941,8 @@ class KubernetesSandboxProvider(SandboxProvider):
                     last = holder["last"] = pod
                     if event.get("type") == "DELETED":
                         return "deleted", pod
+                    if until_gone:
+                        continue
                     if pod.ready:
                         return "ready", pod
                     if pod.fatal_reason() is not None:
@@ -944,13 +966,14 @@ class KubernetesSandboxProvider(SandboxProvider):
         return "timeout", last
 
     async def _wait_gone(self, name: str, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            try:
-                await self._read_pod(name)
-            except _NotFound:
-                return
-            await asyncio.sleep(0.5)
-        raise SandboxError(f"sandbox pod {name} did not go away in time; try again")
+        """Wait (with a watch) until a deleted pod is really gone, so its name is free."""
+        try:
+            pod = await self._read_pod(name)
+        except _NotFound:
+            return
+        outcome, _pod = await self._watch(name, pod.resource_version, deadline, until_gone=True)
+        if outcome != "deleted":
+            raise SandboxError(f"sandbox pod {name} did not go away in time; try again")
 
     # --- warm pool --------------------------------------------------------------
 

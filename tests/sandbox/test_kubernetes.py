@@ -449,6 +449,29 @@ async def test_evicted_pod_is_replaced(env: Env) -> None:
     assert pod is not None and pod["status"]["phase"] == "Running"
 
 
+async def test_a_terminating_pod_is_awaited_with_a_watch_before_replacement(env: Env) -> None:
+    provider, fake = env
+    sandbox = await _sandbox(provider)
+    name = sandbox.pod_name
+    await fake.set_pod(NS, name, {"metadata": {"finalizers": ["example.com/slow-shutdown"]}})
+    await fake.evict(NS, name)
+    fake.reset_counts()
+    task = asyncio.create_task(sandbox.execute_command("echo replaced"))
+    for _ in range(200):
+        pod = fake.pod(NS, name)
+        if pod is not None and pod["metadata"].get("deletionTimestamp"):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("the provider never deleted the evicted pod")
+    assert not task.done()  # waiting for the old pod to go, on a watch
+    await fake.finish_termination(NS, name)
+    result = await task
+    assert result.output.endswith("replaced\n")
+    assert fake.count("watch") == 2  # the old pod going away, the new one becoming ready
+    assert fake.count("create") == 1
+
+
 async def test_rbac_refusal_is_a_clear_error(env: Env) -> None:
     provider, fake = env
     fake.fail(

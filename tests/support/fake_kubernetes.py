@@ -274,6 +274,14 @@ class FakeKubernetes(kmock.KubernetesEmulator):
                 {"type": "MODIFIED", "object": self.objects[key].raw}
             )
 
+    async def finish_termination(self, namespace: str, name: str) -> None:
+        """A terminating pod's containers stopped: the object goes away (DELETED)."""
+        async with self._mutate:
+            key = (self._pods_resource, namespace, name)
+            raw = self.objects[key].raw
+            self.objects[key].delete()
+            await self._buses[self._pods_resource].put({"type": "DELETED", "object": raw})
+
     async def aclose(self) -> None:
         for task in list(self._tasks):
             task.cancel()

@@ -10,9 +10,9 @@ How it works, briefly:
   ready: no list on the hot path); only if it is missing does it claim a warm
   pod or create one and wait for readiness with a watch.
 - Every operation is a pods/exec of a small Python helper (``_pod_agent``)
-  that receives its request as JSON in argv and file bytes as a counted stdin
-  payload, so it works without end-of-stdin (exec protocol v4) and no
-  model-controlled text is ever spliced into shell source.
+  that receives itself, its JSON request and any file bytes on stdin, each
+  part counted, so it works without end-of-stdin (exec protocol v4), the exec
+  URL stays short, and no model-controlled text is spliced into shell source.
 - An idle reaper (an asyncio task in the server process) deletes pods idle
   longer than the timeout; on start the provider reconciles the pods it owns.
 - The official ``kubernetes`` client is synchronous: every call runs on a
@@ -689,16 +689,24 @@ class KubernetesSandboxProvider(SandboxProvider):
             and pod.labels.get("deerflow.dev/server") == self.config.server_id
         ]
 
-    async def _delete_pod(self, name: str) -> bool:
+    async def _delete_pod(self, name: str, resource_version: str | None = None) -> bool:
+        """Delete a pod; with ``resource_version``, only if nobody changed it since.
+
+        The reaper deletes on what it listed: the precondition makes the API
+        refuse (409) if a server re-activated the pod in between.
+        """
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if resource_version is not None:
+            body["preconditions"] = {"resourceVersion": resource_version}
         try:
             await self._pod_call(
                 "delete a sandbox pod",
                 self._api.delete_namespaced_pod,
                 name,
                 self.config.namespace,
-                propagation_policy="Background",
+                body=body,
             )
-        except _NotFound:
+        except (_NotFound, _Conflict):
             return False
         self._pod_count = max(0, self._pod_count - 1)
         return True
@@ -1065,7 +1073,7 @@ class KubernetesSandboxProvider(SandboxProvider):
         for pod in pods:
             if pod.terminating or pod.name in held:
                 continue
-            if self._reapable(pod, now) and await self._delete_pod(pod.name):
+            if self._reapable(pod, now) and await self._delete_pod(pod.name, pod.resource_version):
                 deleted.append(pod.name)
         self._forget(deleted)
         remaining = [p for p in pods if p.name not in deleted]
@@ -1123,7 +1131,7 @@ class KubernetesSandboxProvider(SandboxProvider):
                 pod.state == STATE_WARM
                 and pod.annotations.get("deerflow.dev/spec-hash") != self._spec_hash
             ):
-                if await self._delete_pod(pod.name):
+                if await self._delete_pod(pod.name, pod.resource_version):
                     report["deleted"].append(pod.name)
                 continue
             if pod.state == STATE_ACTIVE:

@@ -506,6 +506,24 @@ async def test_quota_refusal_is_a_clear_error(env: Env, status: int, message: st
     assert "quota" in str(info.value)
 
 
+async def test_limit_range_refusal_is_a_clear_error(env: Env) -> None:
+    provider, fake = env
+    fake.fail(
+        "create",
+        403,
+        'pods "deerflow-sbx-x" is forbidden: maximum cpu usage per Container is 2, but limit is 4',
+    )
+    with pytest.raises(SandboxError, match="LimitRange refused to create a sandbox pod"):
+        await provider.acquire("t1", user_id="alice")
+
+
+async def test_an_image_without_python_is_a_clear_error(k8s: Callable[..., Any]) -> None:
+    async with k8s(python="python3-not-installed") as (provider, _fake):
+        sandbox = await _sandbox(provider)
+        with pytest.raises(SandboxError, match="needs python3 in the image"):
+            await sandbox.execute_command("true")
+
+
 async def test_exec_forbidden_is_a_clear_error(env: Env) -> None:
     provider, fake = env
     sandbox = await _sandbox(provider)
@@ -565,6 +583,28 @@ async def test_idle_reaper_deletes_only_idle_pods(k8s: Callable[..., Any]) -> No
         # A thread that comes back after reaping gets a new pod.
         again = await _sandbox(provider, "idle")
         assert (await again.execute_command("echo back")).output.endswith("back\n")
+
+
+async def test_reaper_never_deletes_a_pod_reactivated_since_it_listed(
+    k8s: Callable[..., Any],
+) -> None:
+    clock = Clock()
+    async with k8s(idle_timeout_seconds=60, clock=clock) as (provider, fake):
+        sandbox_id = await provider.acquire("t1", user_id="alice")
+        await provider.release(sandbox_id)
+        clock.now += 61
+        original = provider._list_pods
+
+        async def list_then_reactivate() -> Any:
+            pods = await original()
+            # Another server acquires the thread between this reaper's list and delete.
+            await fake.set_pod(NS, sandbox_id, {"metadata": {"labels": {LABEL_STATE: "active"}}})
+            return pods
+
+        provider._list_pods = list_then_reactivate  # type: ignore[method-assign]
+        assert await provider.reap() == []
+        provider._list_pods = original  # type: ignore[method-assign]
+        assert sandbox_id in fake.pods(NS)
 
 
 async def test_reaper_task_runs_in_the_server_and_stops_with_the_provider(

@@ -374,6 +374,17 @@ class FakeKubernetes(kmock.KubernetesEmulator):
             meta["resourceVersion"] = self._next_rv()
             return await super()._handle(request)
         if action == "delete":
+            current = self.pod(namespace, request.name) if request.name else None
+            wanted = ((request.data or {}).get("preconditions") or {}).get("resourceVersion")
+            if current is not None and wanted and wanted != current["metadata"]["resourceVersion"]:
+                raise kmock.KubernetesError(
+                    status=409,
+                    reason="Conflict",
+                    message=(
+                        f'Operation cannot be fulfilled on pods "{request.name}": the '
+                        "precondition's resourceVersion does not match"
+                    ),
+                )
             response = await super()._handle(request)
             if namespace and request.name:
                 await asyncio.to_thread(shutil.rmtree, self.pod_dir(namespace, request.name), True)

@@ -14,7 +14,7 @@ export LANGGRAPH_CLI_NO_ANALYTICS := 1
 export LANGGRAPH_NO_VERSION_CHECK := true
 export LANGSMITH_TRACING ?= false
 
-.PHONY: install dev test lint format typecheck pytest bench bench-chain clean
+.PHONY: install dev test lint format typecheck pytest clean
 
 install: $(STAMP) .env
 
@@ -63,6 +63,10 @@ bench-checkpointer: install
 .PHONY: bench-chain
 bench-chain: install
 	$(BIN)/python -m bench.chain_overhead
+# Sandbox providers side by side (local and Kubernetes on the fake cluster).
+.PHONY: bench-sandbox
+bench-sandbox: install
+	$(BIN)/python -m bench.sandbox_providers
 
 clean:
 	rm -rf $(VENV) .langgraph_api .mypy_cache .pytest_cache .ruff_cache

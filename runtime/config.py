@@ -44,6 +44,7 @@ __all__ = [
     "ExtensionMiddlewareConfig",
     "ExtensionsConfig",
     "JwtAuthConfig",
+    "KubernetesSandboxConfig",
     "LLMErrorHandlingConfig",
     "ModelConfig",
     "PiiRedactionConfig",
@@ -360,6 +361,131 @@ class AuthConfig(_Section):
         return self
 
 
+class KubernetesResourcesConfig(_Section):
+    """CPU, memory and ephemeral-storage requests and limits of a sandbox pod."""
+
+    requests: dict[str, str] = Field(
+        default_factory=lambda: {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "256Mi"}
+    )
+    limits: dict[str, str] = Field(
+        default_factory=lambda: {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi"}
+    )
+
+
+class KubernetesSecurityConfig(_Section):
+    """The pod's security settings. The defaults pass the ``restricted`` Pod Security level."""
+
+    run_as_user: int = Field(default=1000, ge=0)
+    run_as_group: int = Field(default=1000, ge=0)
+    fs_group: int | None = Field(default=1000, ge=0)
+    run_as_non_root: bool = True
+    read_only_root_filesystem: bool = True
+    allow_privilege_escalation: bool = False
+    drop_capabilities: list[str] = Field(default_factory=lambda: ["ALL"])
+    add_capabilities: list[str] = Field(default_factory=list)
+    seccomp_profile: Literal["RuntimeDefault", "Unconfined", "Localhost"] = "RuntimeDefault"
+    seccomp_localhost_profile: str | None = None
+    automount_service_account_token: bool = False
+    enable_service_links: bool = False
+
+
+class KubernetesWorkspaceConfig(_Section):
+    """Where ``/mnt/user-data`` lives: a pod-lifetime ``emptyDir`` or a per-thread PVC."""
+
+    type: Literal["emptyDir", "pvc"] = "emptyDir"
+    size_limit: str = "1Gi"
+    storage_class: str | None = None
+    access_modes: list[str] = Field(default_factory=lambda: ["ReadWriteOnce"])
+
+
+class KubernetesEgressRule(_Section):
+    """One allowed egress destination for the sandbox NetworkPolicy."""
+
+    cidr: str
+    ports: list[int] = Field(default_factory=list, description="empty means every port")
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+
+
+class KubernetesNetworkConfig(_Section):
+    """Input of the rendered NetworkPolicy (``python -m sandbox.k8s_manifests``).
+
+    The server does not apply it; operators render and apply it (or patch the
+    committed manifest). Cloud metadata addresses are always denied.
+    """
+
+    allow_dns: bool = True
+    egress: list[KubernetesEgressRule] = Field(default_factory=list)
+
+
+class KubernetesSandboxConfig(_Section):
+    """The Kubernetes sandbox provider (``sandbox.kubernetes:KubernetesSandboxProvider``)."""
+
+    namespace: str = Field(default="deerflow-sandbox", min_length=1, max_length=63)
+    server_id: str = Field(
+        default="deerflow",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$",
+        description="label value naming the pods this deployment owns",
+    )
+    image: str = "python:3.12-slim"
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    shell: str = "/bin/bash"
+    python: str = Field(default="python3", description="interpreter of the in-pod helper")
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool | None = Field(
+        default=None, description="None: in-cluster when KUBERNETES_SERVICE_HOST is set"
+    )
+    resources: KubernetesResourcesConfig = Field(default_factory=KubernetesResourcesConfig)
+    security: KubernetesSecurityConfig = Field(default_factory=KubernetesSecurityConfig)
+    workspace: KubernetesWorkspaceConfig = Field(default_factory=KubernetesWorkspaceConfig)
+    tmp_size_limit: str = "256Mi"
+    runtime_class_name: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    service_account_name: str | None = None
+    priority_class_name: str | None = None
+    skills_volume: dict[str, Any] | None = Field(
+        default=None,
+        description="a volume source mounted read-only at /mnt/skills, e.g. {configMap: {name: skills}}",
+    )
+    pod_labels: dict[str, str] = Field(default_factory=dict)
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment of every command (not secrets)"
+    )
+    idle_timeout_seconds: float = Field(default=900, gt=0)
+    stale_active_seconds: float = Field(
+        default=21600, gt=0, description="an 'active' pod silent this long is reaped"
+    )
+    reaper_interval_seconds: float = Field(default=60, gt=0)
+    warm_pool_size: int = Field(default=0, ge=0)
+    max_pods: int = Field(default=50, ge=1)
+    ready_timeout_seconds: float = Field(default=120, gt=0)
+    max_file_bytes: int = Field(
+        default=100 * 1024 * 1024, ge=1024, description="upload/download size limit"
+    )
+    api_timeout_seconds: float = Field(default=30, gt=0)
+    api_threads: int = Field(default=8, ge=2, le=256, description="threads for API calls")
+    exec_threads: int = Field(
+        default=64, ge=2, le=1024, description="threads for execs (one per running command)"
+    )
+    network: KubernetesNetworkConfig = Field(default_factory=KubernetesNetworkConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> KubernetesSandboxConfig:
+        if self.workspace.type == "pvc" and self.warm_pool_size:
+            raise ValueError(
+                "warm_pool_size must be 0 with workspace.type 'pvc' (a warm pod cannot "
+                "mount a thread's volume after it started)"
+            )
+        if self.warm_pool_size > self.max_pods:
+            raise ValueError("warm_pool_size cannot exceed max_pods")
+        if self.kubeconfig and self.in_cluster:
+            raise ValueError("set either kubeconfig or in_cluster, not both")
+        return self
+
+
 class SandboxConfig(_Section):
     """Which sandbox provider runs the agent's shell and files, and its limits.
 
@@ -387,6 +513,7 @@ class SandboxConfig(_Section):
         default_factory=list,
         description="extra env-name patterns kept out of commands (beyond *KEY* *SECRET* ...)",
     )
+    kubernetes: KubernetesSandboxConfig = Field(default_factory=KubernetesSandboxConfig)
 
     @field_validator("use")
     @classmethod
@@ -724,6 +851,9 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_AUTH_JWT_SECRET": ("auth", "jwt", "secret"),
     "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
+    "DEERFLOW_K8S_NAMESPACE": ("sandbox", "kubernetes", "namespace"),
+    "DEERFLOW_K8S_IMAGE": ("sandbox", "kubernetes", "image"),
+    "DEERFLOW_K8S_KUBECONFIG": ("sandbox", "kubernetes", "kubeconfig"),
     "DEERFLOW_SANDBOX_ALLOW_HOST_BASH": ("sandbox", "allow_host_bash"),
     "DEERFLOW_SUBAGENTS_ENABLED": ("subagents", "enabled"),
     "DEERFLOW_SUBAGENTS_EXECUTION": ("subagents", "execution"),

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import gc
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +38,7 @@ __all__ = [
     "in_process_server",
     "langgraph_json",
     "reap_dev_servers",
+    "server_blocking_detector_paused",
     "server_env",
 ]
 
@@ -178,6 +180,33 @@ def _off_loop(function: Callable[..., T], *args: Any) -> T:
         return function(*args)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(function, *args).result()
+
+
+@contextlib.contextmanager
+def server_blocking_detector_paused() -> Iterator[None]:
+    """Pause the in-process server's process-wide blocking-call detector.
+
+    langgraph-runtime-inmem activates blockbuster for the whole process when the
+    in-process server starts, with no module scope. Test doubles that emulate
+    external systems on the loop (the fake Kubernetes API and exec endpoint) do
+    blocking I/O by design; tests that use them pause the global detector and
+    check the code under test with their own, module-scoped ``blockbuster_ctx``.
+    """
+    from blockbuster import BlockBuster
+
+    active = [
+        bb
+        for bb in gc.get_objects()
+        if isinstance(bb, BlockBuster)
+        and any(function.activated for function in bb.functions.values())
+    ]
+    for bb in active:
+        bb.deactivate()
+    try:
+        yield
+    finally:
+        for bb in active:
+            bb.activate()
 
 
 def free_port() -> int:

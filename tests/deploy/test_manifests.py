@@ -182,3 +182,21 @@ def test_policy_flags_escalation_missing_limits_and_secret_values(k8s_copy: Path
 def test_invalid_yaml_is_reported() -> None:
     with pytest.raises(ManifestError, match="not valid YAML"):
         load_documents("kind: [unclosed", source="x")
+
+
+@pytest.mark.parametrize("overlay", ["overlays/dev", "overlays/prod"])
+def test_overlays_include_the_sandbox_namespace_and_rbac(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    placed = {
+        (d["kind"], d["metadata"]["name"]): d["metadata"].get("namespace")
+        for d in rendered[overlay]
+    }
+    assert ("Namespace", "deerflow-sandbox") in placed
+    for kind in ("Role", "RoleBinding", "ResourceQuota", "LimitRange"):
+        names = [n for (k, n), ns in placed.items() if k == kind and ns == "deerflow-sandbox"]
+        assert names, f"{kind} not in the sandbox namespace"
+    # Everything of the server stays in its own namespace.
+    assert placed[("Deployment", "deerflow-api")] == "deerflow"
+    if overlay == "overlays/dev":
+        assert placed[("StatefulSet", "deerflow-postgres")] == "deerflow"

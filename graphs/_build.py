@@ -64,4 +64,12 @@ def build_agent(
     }
     if resolved.warning:
         metadata["model_warning"] = resolved.warning
+    if config is not None:
+        # LangGraph Server runs the graph with the very config it passed to the
+        # factory, and that config's metadata wins over the graph's own. Writing
+        # the effective values into it makes them (not the caller's raw request,
+        # e.g. an unknown ``model_name``) what the run's metadata records.
+        run_metadata = config.get("metadata")
+        if isinstance(run_metadata, dict):
+            run_metadata.update(metadata)
     return graph.with_config({"metadata": metadata})

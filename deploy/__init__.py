@@ -1,0 +1,1 @@
+"""Deployment assets and their offline checks."""

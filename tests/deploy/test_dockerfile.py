@@ -1,0 +1,128 @@
+"""The server image: `langgraph dockerfile` output resolves every path it names."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.server import PROJECT_ROOT
+
+PATH_VARIABLES = (
+    "LANGSERVE_GRAPHS",
+    "LANGGRAPH_HTTP",
+    "LANGGRAPH_AUTH",
+    "LANGGRAPH_CHECKPOINTER",
+    "LANGGRAPH_STORE",
+)
+
+
+@pytest.fixture(scope="module")
+def dockerfile(tmp_path_factory: pytest.TempPathFactory) -> str:
+    target = tmp_path_factory.mktemp("image") / "Dockerfile"
+    result = subprocess.run(
+        [sys.executable, "-m", "langgraph_cli", "dockerfile", "-c", "langgraph.json", str(target)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": str(Path(sys.executable).parent), "LANGGRAPH_CLI_NO_ANALYTICS": "1"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return target.read_text()
+
+
+def _env(dockerfile: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for line in dockerfile.splitlines():
+        if line.startswith("ENV "):
+            name, _, raw = line[4:].partition("=")
+            values[name] = json.loads(shlex.split(raw)[0])
+    return values
+
+
+def _image_layout(dockerfile: str) -> tuple[str, str]:
+    added = re.search(r"^ADD \. (\S+)$", dockerfile, flags=re.M)
+    workdir = re.findall(r"^WORKDIR (\S+)$", dockerfile, flags=re.M)
+    assert added and workdir, dockerfile
+    return added.group(1), workdir[-1]
+
+
+def _resolve_in_image(spec: str, *, project_dir: str, workdir: str) -> tuple[Path, str]:
+    """Map an image path (absolute, relative to WORKDIR, or a dotted module) to the repo."""
+    if ".py:" in spec or "/" in spec:
+        file_part, _, attr = spec.rpartition(":")
+        image_path = Path(file_part) if file_part.startswith("/") else Path(workdir) / file_part
+        image_path = Path(*[p for p in image_path.parts if p != "."])
+        relative = image_path.relative_to(project_dir)
+        return PROJECT_ROOT / relative, attr
+    module, _, attr = spec.rpartition(".")
+    return PROJECT_ROOT / Path(*module.split(".")).with_suffix(".py"), attr
+
+
+def _has_attribute(path: Path, attr: str) -> bool:
+    spec = importlib.util.spec_from_file_location(f"_image_check_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return hasattr(module, attr)
+
+
+def test_dockerfile_uses_declared_python_and_distro(dockerfile: str) -> None:
+    config = json.loads((PROJECT_ROOT / "langgraph.json").read_text())
+    assert config["python_version"] == "3.11"
+    first = dockerfile.splitlines()[0]
+    assert first.startswith("FROM langchain/langgraph-api:3.11"), first
+    assert "wolfi" not in first
+
+
+def test_every_registered_path_resolves_in_the_image(dockerfile: str) -> None:
+    project_dir, workdir = _image_layout(dockerfile)
+    assert workdir == project_dir, "the server runs from the project directory"
+    env = _env(dockerfile)
+    config = json.loads((PROJECT_ROOT / "langgraph.json").read_text())
+    expected = {"LANGSERVE_GRAPHS", "LANGGRAPH_HTTP"}
+    expected |= {
+        variable
+        for key, variable in (
+            ("auth", "LANGGRAPH_AUTH"),
+            ("checkpointer", "LANGGRAPH_CHECKPOINTER"),
+            ("store", "LANGGRAPH_STORE"),
+        )
+        if config.get(key, {}).get("path")
+    }
+    assert expected <= set(env), sorted(env)
+    specs: list[str] = [*env["LANGSERVE_GRAPHS"].values(), env["LANGGRAPH_HTTP"]["app"]]
+    specs += [
+        env[v]["path"]
+        for v in ("LANGGRAPH_AUTH", "LANGGRAPH_CHECKPOINTER", "LANGGRAPH_STORE")
+        if v in env
+    ]
+    assert len(specs) >= 3
+    for spec in specs:
+        path, attr = _resolve_in_image(spec, project_dir=project_dir, workdir=workdir)
+        assert path.is_file(), f"{spec} -> {path} does not exist in the repo"
+        assert _has_attribute(path, attr), f"{spec}: {path} has no {attr!r}"
+
+
+def test_image_installs_the_project_packages() -> None:
+    """`pip install -e .` in the image must make every top-level package importable."""
+    setuptools = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    included = setuptools["packages"]["find"]["include"]
+    for package in ("graphs", "middlewares", "auth", "runtime", "sandbox", "tools", "app"):
+        assert (PROJECT_ROOT / package / "__init__.py").is_file(), package
+        assert f"{package}*" in included, package
+
+
+def test_dockerignore_keeps_secrets_and_local_state_out() -> None:
+    ignored = (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
+    for entry in (".env", ".venv", ".git", ".langgraph_api", ".deer-flow", "config.yaml"):
+        assert entry in ignored, entry

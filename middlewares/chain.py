@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, TodoListMiddleware
 from langchain_core.runnables import RunnableConfig
 
 from deerflow_extension_api import AgentBuildContext, AgentScope, HostPolicySnapshot
@@ -42,9 +42,12 @@ from deerflow_extension_api._host import apply_contributions
 from deerflow_extension_api._placement import StackEntry
 from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
 from deerflow_extension_api._store import TaskStoreScope
+from middlewares.clarification import ClarificationMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
+from middlewares.dynamic_context import DynamicContextMiddleware
 from middlewares.input_sanitization import InputSanitizationMiddleware
 from middlewares.llm_error_handling import LLMErrorHandlingMiddleware
+from middlewares.loop_detection import LoopDetectionMiddleware
 from middlewares.model_content_compatibility import ModelContentCompatibilityMiddleware
 from middlewares.model_length_finish_reason import ModelLengthFinishReasonMiddleware
 from middlewares.pii_redaction import PiiRedactionMiddleware
@@ -56,13 +59,14 @@ from middlewares.subagent_limit import SubagentLimitMiddleware
 from middlewares.system_message_coalescing import SystemMessageCoalescingMiddleware
 from middlewares.terminal_response import TerminalResponseMiddleware
 from middlewares.thread_data import ThreadDataMiddleware
+from middlewares.title import TitleMiddleware
 from middlewares.tool_error_handling import ToolErrorHandlingMiddleware
 from middlewares.tool_output_budget import ToolOutputBudgetMiddleware
 from middlewares.tool_receipt import ToolReceiptMiddleware
 from middlewares.tool_result_sanitization import ToolResultSanitizationMiddleware
 from middlewares.uploads import UploadsMiddleware
-from runtime.config import ModelConfig, Settings
-from runtime.models import resolve_model_name
+from runtime.config import ConfigError, ModelConfig, Settings
+from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import RunOptions, resolve_run_options
 from subagents.limits import resolve_subagent_limits
 
@@ -289,9 +293,22 @@ SUBAGENT_TAIL_SLOTS: tuple[Slot, ...] = (
     Slot(37, "TerminalResponseMiddleware"),
     Slot(38, "ModelLengthFinishReasonMiddleware"),
     Slot(39, "SafetyFinishReasonMiddleware", _enabled("safety_finish_reason", False)),
-    Slot(17, "DynamicContextMiddleware"),  # date-only for subagents (inputs.scope)
+    Slot(17, "DynamicContextMiddleware"),  # date-only for subagents
     Slot(30, "SystemMessageCoalescingMiddleware"),
 )
+
+
+def _title(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+    config = inputs.settings.title
+    if not config.enabled:
+        return None
+    model = None
+    if config.model:
+        entry = inputs.settings.model_by_name(config.model)
+        if entry is None:
+            raise ConfigError(f"title.model: no model named {config.model!r} in models")
+        model = create_chat_model(entry)
+    return TitleMiddleware(model=model, max_chars=config.max_chars)
 
 
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
@@ -322,12 +339,23 @@ FACTORIES: dict[str, Factory] = {
     "SubagentLimitMiddleware": lambda i: SubagentLimitMiddleware(  # 31
         resolve_subagent_limits(i.settings.subagents, i.options)
     ),
+    "LoopDetectionMiddleware": lambda i: LoopDetectionMiddleware(  # 32
+        **i.settings.loop_detection.model_dump(exclude={"enabled"})
+    ),
     "ModelContentCompatibilityMiddleware": lambda i: ModelContentCompatibilityMiddleware(),  # 34
     "TerminalResponseMiddleware": lambda i: TerminalResponseMiddleware(),  # 37
     "ModelLengthFinishReasonMiddleware": lambda i: ModelLengthFinishReasonMiddleware(),  # 38
     "SafetyFinishReasonMiddleware": lambda i: SafetyFinishReasonMiddleware(  # 39
         i.settings.safety_finish_reason.finish_reasons
     ),
+    # 17: the spec installs it always; here it is opt-in (dynamic_context.enabled)
+    # until clients skip its hidden message in persisted history.
+    "DynamicContextMiddleware": lambda i: (
+        DynamicContextMiddleware() if i.settings.dynamic_context.enabled else None
+    ),
+    "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
+    "TitleMiddleware": _title,  # 24
+    "ClarificationMiddleware": lambda i: ClarificationMiddleware(),  # 40
 }
 
 

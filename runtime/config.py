@@ -41,11 +41,13 @@ __all__ = [
     "DatabaseConfig",
     "DatabaseKeepalivesConfig",
     "DatabasePoolConfig",
+    "DynamicContextConfig",
     "ExtensionMiddlewareConfig",
     "ExtensionsConfig",
     "JwtAuthConfig",
     "KubernetesSandboxConfig",
     "LLMErrorHandlingConfig",
+    "LoopDetectionConfig",
     "ModelConfig",
     "PiiRedactionConfig",
     "PluginConfig",
@@ -54,6 +56,7 @@ __all__ = [
     "Settings",
     "SubagentTypeConfig",
     "SubagentsConfig",
+    "TitleConfig",
     "ToolConfig",
     "ToolOutputConfig",
     "VerificationConfig",
@@ -530,6 +533,44 @@ class UploadsConfig(_Section):
     max_files: int = Field(default=20, ge=1, le=1000)
 
 
+class LoopDetectionConfig(_Section):
+    """LoopDetectionMiddleware (32): warn on, then stop, repeated tool calls in a run."""
+
+    enabled: bool = True
+    warn_threshold: int = Field(default=3, ge=1, description="identical calls before a warning")
+    hard_limit: int = Field(default=5, ge=2, description="identical calls that stop the run")
+    tool_frequency_warn: int = Field(default=30, ge=1, description="calls of one tool: warning")
+    tool_frequency_hard: int = Field(default=50, ge=2, description="calls of one tool: stop")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LoopDetectionConfig:
+        if self.warn_threshold >= self.hard_limit:
+            raise ValueError("warn_threshold must be below hard_limit")
+        if self.tool_frequency_warn >= self.tool_frequency_hard:
+            raise ValueError("tool_frequency_warn must be below tool_frequency_hard")
+        return self
+
+
+class DynamicContextConfig(_Section):
+    """DynamicContextMiddleware (17): today's date as a hidden reminder message.
+
+    Off by default for now: it inserts a hidden message into the persisted
+    history (clients that count or index messages must skip ``hide_from_ui``).
+    """
+
+    enabled: bool = False
+
+
+class TitleConfig(_Section):
+    """TitleMiddleware (24): a thread title after the first full exchange."""
+
+    enabled: bool = True
+    model: str | None = Field(
+        default=None, description="a `models` entry that writes titles; null = first user line"
+    )
+    max_chars: int = Field(default=60, ge=8, le=200)
+
+
 class ToolGroupsConfig(_Section):
     """Which tool groups each agent gets; ``null`` means every group.
 
@@ -806,6 +847,9 @@ class Settings(_Section):
     tools: list[ToolConfig] | None = Field(
         default=None, description="None means the built-in default tool set"
     )
+    dynamic_context: DynamicContextConfig = Field(default_factory=DynamicContextConfig)
+    loop_detection: LoopDetectionConfig = Field(default_factory=LoopDetectionConfig)
+    title: TitleConfig = Field(default_factory=TitleConfig)
     tool_groups: ToolGroupsConfig = Field(default_factory=ToolGroupsConfig)
     uploads: UploadsConfig = Field(default_factory=UploadsConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)

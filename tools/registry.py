@@ -17,7 +17,8 @@ __all__ = ["DEFAULT_TOOLS", "load_tools", "tool_configs"]
 
 # The built-in default tool set, used when config has no ``tools:`` key.
 # Groups: ``sandbox`` (shell; needs a provider that allows commands), ``files``,
-# ``present`` (lead only by default) and ``vision`` (vision models only).
+# ``present`` (lead only by default), ``vision`` (vision models only) and
+# ``clarification`` (lead only by default: a subagent cannot ask the user).
 DEFAULT_TOOLS: tuple[ToolConfig, ...] = (
     ToolConfig(name="bash", group="sandbox", use="tools.sandbox:bash"),
     ToolConfig(name="ls", group="files", use="tools.files:ls"),
@@ -28,6 +29,9 @@ DEFAULT_TOOLS: tuple[ToolConfig, ...] = (
     ToolConfig(name="str_replace", group="files", use="tools.files:str_replace"),
     ToolConfig(name="present_files", group="present", use="tools.present:present_files"),
     ToolConfig(name="view_image", group="vision", use="tools.view_image:view_image"),
+    ToolConfig(
+        name="ask_clarification", group="clarification", use="tools.clarification:ask_clarification"
+    ),
 )
 
 

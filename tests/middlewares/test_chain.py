@@ -115,18 +115,22 @@ REAL_LEAD_DEFAULT: list[str] = [
     "SandboxAuditMiddleware",
     "ReadBeforeWriteMiddleware",
     "ToolErrorHandlingMiddleware",
+    "TitleMiddleware",
     "SystemMessageCoalescingMiddleware",
     "SubagentLimitMiddleware",  # subagents are on by default
+    "LoopDetectionMiddleware",
     "ModelContentCompatibilityMiddleware",
     "TerminalResponseMiddleware",
     "ModelLengthFinishReasonMiddleware",
+    "ClarificationMiddleware",  # always last
 ]
 REAL_SUBAGENT_DEFAULT: list[str] = [
     *(
-        name  # Uploads is lead-only
+        name  # the runtime base without the lead-only Uploads
         for name in REAL_LEAD_DEFAULT[: REAL_LEAD_DEFAULT.index("ToolErrorHandlingMiddleware") + 1]
         if name != "UploadsMiddleware"
     ),
+    "LoopDetectionMiddleware",
     "ModelContentCompatibilityMiddleware",
     "TerminalResponseMiddleware",
     "ModelLengthFinishReasonMiddleware",

@@ -12,16 +12,40 @@ from tests.support.agents import make_agent, run_config, settings_for
 from tests.support.strict_provider import StrictRecordingModel
 
 
-async def _request_for(history: list[Any], tmp_path: Path) -> tuple[list[Any], dict[str, Any]]:
+async def _request_for(
+    history: list[Any], tmp_path: Path, **sections: Any
+) -> tuple[list[Any], dict[str, Any]]:
     turns = sum(1 for m in history if isinstance(m, AIMessage))
     model = StrictRecordingModel.play([{"content": "-"}] * turns + [{"content": "ok"}])
-    agent = make_agent(model, [], settings=settings_for(tmp_path))
+    agent = make_agent(model, [], settings=settings_for(tmp_path, **sections))
     result = await agent.ainvoke({"messages": history}, run_config())
     return model.requests[-1], result
 
 
 def _humans(messages: list[Any]) -> list[Any]:
-    return [m for m in messages if isinstance(m, HumanMessage)]
+    """User-authored human messages (server reminders carry a producer kind)."""
+    return [
+        m
+        for m in messages
+        if isinstance(m, HumanMessage)
+        and "deerflow_producer_kind" not in (m.additional_kwargs or {})
+    ]
+
+
+async def test_server_date_reminder_is_trusted_in_the_real_chain(tmp_path: Path) -> None:
+    """DynamicContext's reminder carries provenance, so sanitization leaves it alone."""
+    request, _ = await _request_for(
+        [HumanMessage("what day is it?")], tmp_path, dynamic_context={"enabled": True}
+    )
+    reminders = [
+        m
+        for m in request
+        if isinstance(m, HumanMessage)
+        and (m.additional_kwargs or {}).get("deerflow_producer_kind") == "dynamic_context"
+    ]
+    assert len(reminders) == 1
+    assert reminders[0].text.startswith("<system-reminder>")
+    assert UNTRUSTED_INPUT_KEY not in reminders[0].additional_kwargs
 
 
 async def test_markers_are_neutralised_and_flagged_on_every_turn(tmp_path: Path) -> None:
@@ -55,9 +79,9 @@ async def test_clean_messages_are_untouched_and_provenance_is_respected(tmp_path
         additional_kwargs={"hide_from_ui": True, "deerflow_producer_kind": "dynamic_context"},
     )
     request, _ = await _request_for([server_note, HumanMessage("plain question")], tmp_path)
-    sent = _humans(request)
+    sent = [m for m in request if isinstance(m, HumanMessage)]
     assert sent[0].content == "<system-reminder>date: today</system-reminder>"
-    assert sent[1].content == "plain question"
+    assert sent[-1].content == "plain question"
     assert UNTRUSTED_INPUT_KEY not in sent[1].additional_kwargs
 
 

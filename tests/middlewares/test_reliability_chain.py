@@ -68,7 +68,9 @@ def test_everything_on_follows_the_spec_order() -> None:
     custom = next(i for i, m in enumerate(chain) if isinstance(m, Custom))
     assert isinstance(chain[custom - 1], ModelContentCompatibilityMiddleware)
     assert isinstance(chain[custom + 1], TerminalResponseMiddleware)
-    assert isinstance(chain[-1], SafetyFinishReasonMiddleware)
+    # Safety is last but for Clarification (40), always the final entry.
+    assert isinstance(chain[-2], SafetyFinishReasonMiddleware)
+    assert type(chain[-1]).__name__ == "ClarificationMiddleware"
     # Subagents: the read-time sanitizer and the safety tail come before the
     # coalescer, which is the subagent chain's last entry (000: 30, 34; 004).
     coalescer = SPEC_ORDER.index(SystemMessageCoalescingMiddleware)

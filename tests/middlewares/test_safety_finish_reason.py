@@ -28,7 +28,9 @@ def test_optional_and_registered_last(tmp_path: Path) -> None:
         isinstance(m, SafetyFinishReasonMiddleware) for m in chain_for(_settings(tmp_path, False))
     )
     chain = chain_for(_settings(tmp_path, True))
-    assert isinstance(chain[-1], SafetyFinishReasonMiddleware)
+    # Last but for Clarification (40), which is always the final entry.
+    assert type(chain[-1]).__name__ == "ClarificationMiddleware"
+    assert isinstance(chain[-2], SafetyFinishReasonMiddleware)
 
 
 async def test_safety_stop_suppresses_tool_calls(tmp_path: Path) -> None:

@@ -27,18 +27,21 @@ def _names(
     return [t.name for t in select_tools(settings, kind=kind, model=model)]  # type: ignore[arg-type]
 
 
+ASK = "ask_clarification"
+
+
 def test_default_set_for_the_lead_agent(tmp_path: Path) -> None:
-    assert [t.name for t in DEFAULT_TOOLS] == [*ALL, "view_image"]
-    assert _names(tmp_path) == ALL
-    assert _names(tmp_path, vision=True) == [*ALL, "view_image"]
+    assert [t.name for t in DEFAULT_TOOLS] == [*ALL, "view_image", ASK]
+    assert _names(tmp_path) == [*ALL, ASK]
+    assert _names(tmp_path, vision=True) == [*ALL, "view_image", ASK]
 
 
-def test_subagents_do_not_present_files(tmp_path: Path) -> None:
+def test_subagents_do_not_present_files_or_ask_the_user(tmp_path: Path) -> None:
     assert _names(tmp_path, kind="subagent") == [n for n in ALL if n != "present_files"]
 
 
 def test_groups_and_gates_from_config(tmp_path: Path) -> None:
     assert _names(tmp_path, tool_groups={"lead_agent": ["files"]}) == ALL[1:7]
-    assert _names(tmp_path, sandbox={"allow_host_bash": False}) == ALL[1:]
+    assert _names(tmp_path, sandbox={"allow_host_bash": False}) == [*ALL[1:], ASK]
     # A configured group cannot bypass the vision gate.
     assert "view_image" not in _names(tmp_path, tool_groups={"lead_agent": ["vision"]})

@@ -148,9 +148,13 @@ async def test_each_message_is_stored_once(
         thread_id,
     )
     assert blobs and all(b["type"] == MESSAGE_REFS_TYPE for b in blobs)
-    # Every version of the list is one run of sequence numbers, a few bytes long.
-    assert all(len(decode_refs(b["blob"])) and b["blob"].count(b"[") == 2 for b in blobs)
-    assert max(len(b["blob"]) for b in blobs) < 16
+    # Every version of the list is a few runs of sequence numbers, a few bytes
+    # long: usually one run; under contention a retried interning may leave a
+    # gap in the numbers, which costs a second run, never a second copy.
+    versions = sorted(len(decode_refs(b["blob"])) for b in blobs)
+    assert versions[-1] == len(messages) and all(v > 0 for v in versions)
+    assert all(b["blob"].count(b"[") <= 3 for b in blobs)
+    assert max(len(b["blob"]) for b in blobs) < 24
 
 
 async def test_a_warm_thread_never_asks_the_database_what_exists(

@@ -121,6 +121,12 @@ def sanitize_message(message: Any) -> list[str]:
     # LangChain's serialized form keeps the fields under "kwargs".
     if message.get("lc") == 1 and isinstance(message.get("kwargs"), MutableMapping):
         removed.extend(sanitize_message(message["kwargs"]))
+    # LangChain turns unknown top-level keys of a message dict into
+    # additional_kwargs, so server-owned keys are dropped there too.
+    for key in list(message):
+        if key == _PROVENANCE_KEY or (isinstance(key, str) and key.startswith(_PROVENANCE_PREFIX)):
+            del message[key]
+            removed.append(key)
     extra = message.get("additional_kwargs")
     if isinstance(extra, MutableMapping):
         for key in list(extra):

@@ -51,7 +51,7 @@ _MAX_PLAIN = 64
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 # The shape of a hashed id; no authenticated identity may have it.
-_HASHED_SHAPE = re.compile(r".*--[0-9a-f]{12}")
+_HASHED_SHAPE = re.compile(r".*--[0-9a-f]{32}")
 RESERVED_IDENTITIES = frozenset({DEFAULT_USER_ID})
 
 
@@ -60,7 +60,7 @@ def make_safe_user_id(raw: Any) -> str:
 
     Ids that are already safe (1-64 of those characters) pass through
     unchanged, so the function is idempotent. Anything else has runs of unsafe
-    characters replaced by ``_`` and ``--`` plus 12 hex digits of the
+    characters replaced by ``_`` and ``--`` plus 32 hex digits (128 bits) of the
     original's SHA-256 appended. The mapping is injective over the identities
     the auth layer accepts, because ``is_reserved_identity`` refuses plain ids
     of that hashed shape: nobody can claim ``"a_b--<hash of 'a/b'>"``.
@@ -70,8 +70,9 @@ def make_safe_user_id(raw: Any) -> str:
         return DEFAULT_USER_ID
     if _SAFE.fullmatch(text):
         return text
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    cleaned = _UNSAFE_CHARS.sub("_", text)[:40].strip("_") or "user"
+    # 128 bits: an identity chosen at the IdP cannot be searched into a collision.
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    cleaned = _UNSAFE_CHARS.sub("_", text)[:28].strip("_") or "user"
     return f"{cleaned}--{digest}"
 
 

@@ -271,29 +271,6 @@ class ClarificationMiddleware(AgentMiddleware[Any, Any]):
         message = self._answer(call_id, call.get("args"))
         return Command(update={"messages": [message]}, goto=END)
 
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._hold(state)
-
-    @hook_config(can_jump_to=["end"])
-    async def abefore_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._hold(state)
-
-    def _hold(self, state: Any) -> dict[str, Any] | None:
-        """Keep the run paused while the newest message is an unanswered question.
-
-        ``create_agent`` routes from the tools node back to the model on a static
-        edge, which a tool's ``Command(goto=END)`` does not override; this hook
-        ends the run before the model would answer its own question.
-        """
-        messages = state.get("messages") if isinstance(state, dict) else None
-        if not messages:
-            return None
-        last = messages[-1]
-        if isinstance(last, ToolMessage) and (last.additional_kwargs or {}).get(HUMAN_INPUT_MARKER):
-            return {"jump_to": "end"}
-        return None
-
     def wrap_tool_call(
         self,
         request: ToolCallRequest,

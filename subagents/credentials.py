@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -92,6 +93,9 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+_TOKEN_PART = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
@@ -138,6 +142,8 @@ def verify_delegation_token(token: str, *, now: float | None = None) -> Delegate
     if len(parts) != 3 or parts[0] != _PREFIX:
         raise DelegationTokenError("malformed delegation token")
     body, signature = parts[1], parts[2]
+    if not (_TOKEN_PART.fullmatch(body) and _TOKEN_PART.fullmatch(signature)):
+        raise DelegationTokenError("malformed delegation token")
     if not hmac.compare_digest(_sign(body), signature):
         raise DelegationTokenError("bad delegation token signature")
     try:

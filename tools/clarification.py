@@ -1,5 +1,6 @@
 """``ask_clarification``: the agent asks the user and the run pauses for the answer.
 
+It is ``return_direct``: a turn whose only call is this question ends the run.
 The tool body only runs when ClarificationMiddleware is absent (a bare graph);
 in the assembled chain the middleware intercepts the call before execution and
 turns it into a run-level pause with a structured payload.
@@ -18,7 +19,7 @@ ClarificationType = Literal[
 ]
 
 
-@tool("ask_clarification")
+@tool("ask_clarification", return_direct=True)
 def ask_clarification(
     question: str,
     clarification_type: ClarificationType = "missing_info",

@@ -179,3 +179,30 @@ def test_garbage_arguments_never_raise() -> None:
         payload = build_clarification_payload(args)
         assert payload["question"]
         json.dumps(payload)
+
+
+async def test_pauses_through_the_assembled_fused_lead_chain(tmp_path: Any) -> None:
+    """The real lead graph (fused chain, default tools) ends the run at the question."""
+    from graphs.lead_agent import build_lead_agent
+    from runtime.config import load_settings
+    from tests.support.scripted import write_config
+
+    RAN.clear()
+    settings = load_settings(
+        write_config(
+            tmp_path,
+            [
+                {"tool_calls": [{"name": "side_effect", "args": {"text": "early"}}, ASK]},
+                {"content": "no"},
+            ],
+            tools=[
+                {"name": "side_effect", "use": f"{__name__}:side_effect"},
+                {"name": "ask_clarification", "use": "tools.clarification:ask_clarification"},
+            ],
+        )
+    )
+    graph = build_lead_agent(settings, {"configurable": {"thread_id": "fused-1"}})
+    result = await graph.ainvoke({"messages": [HumanMessage("export it")]})
+    assert RAN == []
+    last = result["messages"][-1]
+    assert isinstance(last, ToolMessage) and last.artifact["human_input"]["version"] == 1

@@ -114,3 +114,12 @@ async def test_mode_none_outside_dev_refuses_even_delegation_tokens(
             authorization=f"{DELEGATION_SCHEME} {token}", headers={}, path="/threads", method="POST"
         )
     assert refused.value.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["dfd1.\u00e9.x", "dfd1.abc.\u00e9\u00e9", "dfd1.a b.c", "dfd1..", "dfd1.YQ.YQ=="],
+)
+def test_non_base64url_tokens_are_malformed_not_crashes(token: str) -> None:
+    with pytest.raises(DelegationTokenError, match="malformed"):
+        verify_delegation_token(token)

@@ -27,6 +27,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
 from langchain_core.messages import AnyMessage, HumanMessage
 
+from middlewares._text import content_text
 from middlewares.untrusted_content import neutralize_untrusted_tags_counted
 
 __all__ = [
@@ -54,19 +55,7 @@ def is_genuine_user_message(message: Any) -> bool:
 
 
 def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict) and block.get("type") == "text":
-                text = block.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-        return "".join(parts)
-    return ""
+    return content_text(content)
 
 
 def sanitize_user_message(message: HumanMessage) -> HumanMessage:

@@ -23,6 +23,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
+from middlewares._text import content_text
+
 __all__ = ["TITLE_PROMPT", "TitleMiddleware", "fallback_title", "message_text"]
 
 logger = logging.getLogger(__name__)
@@ -36,17 +38,7 @@ _SPACE = re.compile(r"\s+")
 
 def message_text(message: BaseMessage) -> str:
     """Plain text of a message, whatever its content shape (blocks, lists, None)."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    if isinstance(content, list):
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict) and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-    return " ".join(parts)
+    return content_text(message.content, " ")
 
 
 def _clean(text: str) -> str:

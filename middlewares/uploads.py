@@ -30,6 +30,7 @@ from langchain_core.messages import AnyMessage, HumanMessage
 from langgraph.runtime import Runtime
 
 from auth.identity import resolve_runtime_user_id
+from middlewares._text import content_text
 from middlewares.thread_data import latest_user_message_index
 from runtime.config import Settings
 from runtime.paths import thread_paths
@@ -84,19 +85,7 @@ def outline_of(filename: str, head: bytes) -> str | None:
 
 
 def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict) and block.get("type") == "text":
-                text = block.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-        return "\n".join(parts)
-    return ""
+    return content_text(content, "\n")
 
 
 def _already_injected(message: HumanMessage) -> bool:

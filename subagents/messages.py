@@ -8,6 +8,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from middlewares._text import content_text
 from middlewares.llm_error_handling import LLM_ERROR_KEY
 from middlewares.terminal_response import RUN_OUTCOME_KEY
 from subagents.contract import STOP_REASONS, StopReason, TokenUsage
@@ -51,20 +52,7 @@ def message_id(message: Any) -> str | None:
 
 def message_text(message: Any) -> str:
     """The visible text of a message: string content or its text blocks."""
-    content = _get(message, "content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, Mapping) and block.get("type") == "text":
-                text = block.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-        return "".join(parts)
-    return ""
+    return content_text(_get(message, "content"))
 
 
 def tool_call_names(message: Any) -> list[str]:

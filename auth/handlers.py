@@ -28,9 +28,18 @@ from langgraph_sdk import Auth
 
 from auth.access import OWNER_KEY, Caller, resolve_caller
 from auth.authenticate import authenticate_request, log_startup_status
-from auth.hygiene import sanitize_run_kwargs, strip_reserved
+from auth.hygiene import RejectedInput, sanitize_run_kwargs, strip_reserved
 
 __all__ = ["OWNER_KEY", "SYSTEM_CREATOR", "auth"]
+
+
+def _sanitized(kwargs: Any, *, user_id: str | None = None, stored: bool = False) -> list[str]:
+    """Run-input hygiene; input refused whole answers 422 with the reason."""
+    try:
+        return sanitize_run_kwargs(kwargs, user_id=user_id, stored=stored)
+    except RejectedInput as exc:
+        raise Auth.exceptions.HTTPException(status_code=422, detail=str(exc)) from None
+
 
 logger = logging.getLogger("deerflow.auth")
 
@@ -98,7 +107,7 @@ async def on_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filt
             config = kwargs.get("config")
             if isinstance(config, MutableMapping):
                 _protect(config.get("metadata"))
-            removed = sanitize_run_kwargs(kwargs, user_id=caller.principal)
+            removed = _sanitized(kwargs, user_id=caller.principal)
             if removed:
                 logger.info("run input hygiene removed %s", ", ".join(sorted(removed)))
     elif action == "update":
@@ -148,14 +157,14 @@ async def on_crons(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filter
             if isinstance(config, MutableMapping):
                 _protect(config.get("metadata"))
             _protect(payload.get("metadata"))
-            sanitize_run_kwargs(payload)
+            _sanitized(payload, stored=True)
         # After the payload: the server may share one dict for both metadata fields.
         _stamp_owner(value, caller)
     elif action == "update":
         _protect(value.get("metadata"))
         payload = value.get("payload")
         if isinstance(payload, MutableMapping):
-            sanitize_run_kwargs(payload)
+            _sanitized(payload, stored=True)
     elif action not in ("read", "delete", "search"):
         return False
     return caller.owner_filter

@@ -26,12 +26,13 @@ Everything is edited **in place**: the server holds references to these dicts
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
 __all__ = [
     "RESERVED_CONTEXT_KEYS",
     "SERVER_AUTH_KEYS",
+    "RejectedInput",
     "is_reserved_key",
     "sanitize_input",
     "sanitize_message",
@@ -89,7 +90,10 @@ def strip_reserved(mapping: Any) -> list[str]:
     return removed
 
 
-def _strip_configurable(configurable: Any, caller_keys: Iterable[str]) -> list[str]:
+def _strip_configurable(
+    configurable: Any, caller_keys: Iterable[str], *, all_from_caller: bool = False
+) -> list[str]:
+    """``all_from_caller``: nothing in it is server-set yet (a stored cron payload)."""
     if not isinstance(configurable, MutableMapping):
         return []
     from_caller = set(caller_keys)
@@ -97,7 +101,9 @@ def _strip_configurable(configurable: Any, caller_keys: Iterable[str]) -> list[s
     for key in list(configurable):
         if not isinstance(key, str):
             continue
-        if key in RESERVED_CONTEXT_KEYS:
+        if key in RESERVED_CONTEXT_KEYS or (
+            all_from_caller and (key.startswith(AUTH_KEY_PREFIX) or key.startswith("__"))
+        ):
             drop = True
         elif key.startswith(AUTH_KEY_PREFIX):
             drop = key not in SERVER_AUTH_KEYS
@@ -138,12 +144,36 @@ def sanitize_message(message: Any) -> list[str]:
     return removed
 
 
+class RejectedInput(ValueError):
+    """Run input that is refused as a whole, with a reason the caller can act on."""
+
+
+def _refuse_system_message(message: Any) -> None:
+    """Callers may not send system messages: the agent's own prompt is the system.
+
+    A caller's system message would be merged into the leading system prompt
+    (SystemMessageCoalescing) and stamped as server-owned.
+    """
+    if not isinstance(message, Mapping):
+        return
+    fields = message.get("kwargs") if message.get("lc") == 1 else message
+    if not isinstance(fields, Mapping):
+        return
+    kind = fields.get("role", fields.get("type"))
+    if kind in ("system", "developer"):
+        raise RejectedInput(
+            "system messages are not accepted in run input; send the instruction as a user message"
+        )
+
+
 def _sanitize_messages(messages: Any) -> list[str]:
     if isinstance(messages, MutableMapping):
+        _refuse_system_message(messages)
         return sanitize_message(messages)
     removed: list[str] = []
     if isinstance(messages, list):
         for item in messages:
+            _refuse_system_message(item)
             removed.extend(sanitize_message(item))
     return removed
 
@@ -172,11 +202,13 @@ def _sanitize_command(command: Any) -> list[str]:
 
 
 def sanitize_run_kwargs(
-    kwargs: MutableMapping[str, Any], *, user_id: str | None = None
+    kwargs: MutableMapping[str, Any], *, user_id: str | None = None, stored: bool = False
 ) -> list[str]:
     """Clean a run's kwargs in place; with ``user_id``, set the server-owned ``user_id``.
 
-    Returns the removed keys (for logging; never their values).
+    ``stored``: a payload kept for later (crons), where every ``langgraph_auth_*``
+    and ``__`` key is the caller's. Raises ``RejectedInput`` for input that is
+    refused whole (system messages). Returns the removed keys (never values).
     """
     removed: list[str] = []
     context = kwargs.get("context")
@@ -184,7 +216,10 @@ def sanitize_run_kwargs(
     removed.extend(f"context.{key}" for key in strip_reserved(context))
     config = kwargs.get("config")
     configurable = config.get("configurable") if isinstance(config, MutableMapping) else None
-    removed.extend(f"configurable.{key}" for key in _strip_configurable(configurable, caller_keys))
+    removed.extend(
+        f"configurable.{key}"
+        for key in _strip_configurable(configurable, caller_keys, all_from_caller=stored)
+    )
     removed.extend(f"input.{key}" for key in sanitize_input(kwargs.get("input")))
     removed.extend(f"command.{key}" for key in _sanitize_command(kwargs.get("command")))
     if user_id is not None:

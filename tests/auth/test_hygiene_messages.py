@@ -34,3 +34,21 @@ def test_serialized_form_is_cleaned_too() -> None:
     }
     assert sanitize_message(message) == ["additional_kwargs.deerflow_x"]
     assert message["kwargs"]["additional_kwargs"] == {}
+
+
+def test_stored_cron_payload_loses_every_auth_and_dunder_key() -> None:
+    from auth.hygiene import sanitize_run_kwargs
+
+    payload: dict[str, Any] = {
+        "config": {
+            "configurable": {
+                "langgraph_auth_user": {"identity": "bob"},
+                "langgraph_auth_user_id": "bob",
+                "__langsmith_project__": "elsewhere",
+                "topic": "kept",
+            }
+        }
+    }
+    removed = sanitize_run_kwargs(payload, stored=True)
+    assert payload["config"]["configurable"] == {"topic": "kept"}
+    assert len(removed) == 3

@@ -16,7 +16,13 @@ from starlette.requests import HTTPConnection
 from auth.authenticate import NONE_OUTSIDE_DEV, is_langgraph_dev, load_auth_settings
 from auth.identity import DEFAULT_USER_ID, is_studio_user, make_safe_user_id, principal_of
 
-__all__ = ["OWNER_KEY", "Caller", "resolve_caller", "resolve_request_caller"]
+__all__ = [
+    "OWNER_KEY",
+    "Caller",
+    "refuse_delegated",
+    "resolve_caller",
+    "resolve_request_caller",
+]
 
 OWNER_KEY = "owner"
 
@@ -27,6 +33,8 @@ class Caller:
 
     principal: str
     studio: bool
+    delegated: bool = False
+    """Authenticated by a subagent delegation token (runs and reads threads only)."""
 
     @property
     def safe_id(self) -> str:
@@ -75,7 +83,19 @@ async def resolve_caller(user: Any) -> Caller:
         raise Auth.exceptions.HTTPException(status_code=401, detail="authentication required")
     if config.effective_mode == "none":
         principal = DEFAULT_USER_ID
-    return Caller(principal=principal, studio=False)
+    return Caller(
+        principal=principal, studio=False, delegated=bool(_get(user, "delegated_subagent"))
+    )
+
+
+def refuse_delegated(caller: Caller, what: str) -> None:
+    """A delegation token only starts, follows and reads subagent runs.
+
+    It is a bearer credential that leaves the process in remote mode, so it
+    never grants the user's store, crons, assistants or deletions.
+    """
+    if caller.delegated:
+        raise _forbidden(f"a subagent delegation token cannot {what}")
 
 
 async def resolve_request_caller(connection: HTTPConnection) -> Caller:

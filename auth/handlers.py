@@ -26,7 +26,7 @@ from typing import Any
 
 from langgraph_sdk import Auth
 
-from auth.access import OWNER_KEY, Caller, resolve_caller
+from auth.access import OWNER_KEY, Caller, refuse_delegated, resolve_caller
 from auth.authenticate import authenticate_request, log_startup_status
 from auth.hygiene import RejectedInput, sanitize_run_kwargs, strip_reserved
 
@@ -112,7 +112,9 @@ async def on_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filt
                 logger.info("run input hygiene removed %s", ", ".join(sorted(removed)))
     elif action == "update":
         _protect(value.get("metadata"))
-    elif action not in ("read", "delete", "search"):
+    elif action == "delete":
+        refuse_delegated(caller, "delete threads")
+    elif action not in ("read", "search"):
         return False
     return caller.owner_filter
 
@@ -125,6 +127,7 @@ async def on_assistants(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.F
     if action in ("read", "search"):
         visible: Any = {"$or": [caller.owner_filter, {"created_by": SYSTEM_CREATOR}]}
         return visible
+    refuse_delegated(caller, "change assistants")
     if action == "create":
         _stamp_owner(value, caller)
     elif action == "update":
@@ -144,6 +147,7 @@ async def on_assistants(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.F
 async def on_crons(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType | bool:
     """Crons: the owner only. Studio users cannot create them (see README)."""
     caller = await resolve_caller(ctx.user)
+    refuse_delegated(caller, "use crons")
     action = ctx.action
     if action == "create":
         if caller.studio:
@@ -174,6 +178,7 @@ async def on_crons(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filter
 async def on_store(ctx: Auth.types.AuthContext, value: Any) -> None:
     """Force every namespace under ``(caller's safe id, ...)``, whatever was asked."""
     caller = await resolve_caller(ctx.user)
+    refuse_delegated(caller, "use the store")
     root = caller.safe_id
     namespace = value.get("namespace")
     labels = tuple(namespace) if namespace else ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langgraph_sdk import Auth
@@ -123,3 +124,24 @@ async def test_mode_none_outside_dev_refuses_even_delegation_tokens(
 def test_non_base64url_tokens_are_malformed_not_crashes(token: str) -> None:
     with pytest.raises(DelegationTokenError, match="malformed"):
         verify_delegation_token(token)
+
+
+async def test_a_delegation_token_only_runs_and_reads_threads(
+    jwt_config: None, lg_client: Callable[..., Any]
+) -> None:
+    """It leaves the process in remote mode, so it never grants the user's whole API."""
+    token = mint_delegation_token("alice", ttl_seconds=60, parent_thread_id="t")
+    delegated = lg_client(headers=delegation_header(token))
+    thread = await delegated.threads.create()
+    assert await delegated.threads.get(thread["thread_id"])
+    assert thread["thread_id"] in [t["thread_id"] for t in await delegated.threads.search()]
+    refused = (
+        delegated.threads.delete(thread["thread_id"]),
+        delegated.store.put_item(("notes",), "k", {"v": 1}),
+        delegated.store.search_items(("notes",)),
+        delegated.crons.create("lead_agent", schedule="* * * * *", input={"messages": []}),
+        delegated.assistants.create("lead_agent"),
+    )
+    for call in refused:
+        with pytest.raises(Exception, match=r"403|delegation token"):
+            await call

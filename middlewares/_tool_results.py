@@ -7,14 +7,16 @@ Middlewares that stamp or rewrite results must reach both shapes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
 __all__ = [
     "OFF_LOOP_CHARS",
+    "apply_sized",
     "map_tool_messages",
     "result_text_size",
     "tool_message_text",
@@ -23,6 +25,19 @@ __all__ = [
 
 # Text larger than this is scanned or hashed in a worker thread, not on the loop.
 OFF_LOOP_CHARS = 256 * 1024
+
+T = TypeVar("T")
+
+
+async def apply_sized(result: Any, apply: Callable[..., T], *args: Any) -> T:
+    """``apply(*args)`` on the loop for small results, in a worker thread for big ones.
+
+    ``result`` is the tool result whose text size decides: scanning or hashing
+    megabytes would stall the event loop every other run shares.
+    """
+    if result_text_size(result) > OFF_LOOP_CHARS:
+        return await asyncio.to_thread(apply, *args)
+    return apply(*args)
 
 
 def map_tool_messages(

@@ -18,7 +18,6 @@ wrappers (registered after the sanitizers).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import re
@@ -32,7 +31,7 @@ from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from middlewares._tool_results import OFF_LOOP_CHARS, map_tool_messages, result_text_size, with_text
+from middlewares._tool_results import apply_sized, map_tool_messages, with_text
 from middlewares.input_sanitization import ORIGINAL_USER_CONTENT_KEY, is_genuine_user_message
 from middlewares.tool_result_sanitization import is_remote_content_tool
 from middlewares.tool_transform_meta import append_tool_transform
@@ -302,6 +301,4 @@ class PiiRedactionMiddleware(AgentMiddleware[Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         result = await handler(request)
-        if result_text_size(result) > OFF_LOOP_CHARS:
-            return await asyncio.to_thread(self._redact_result, request, result)  # type: ignore[no-any-return]
-        return self._redact_result(request, result)  # type: ignore[no-any-return]
+        return await apply_sized(result, self._redact_result, request, result)  # type: ignore[no-any-return]

@@ -19,7 +19,6 @@ response that saw it is stamped with exactly the ids it saw
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -33,12 +32,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMes
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from middlewares._tool_results import (
-    OFF_LOOP_CHARS,
-    map_tool_messages,
-    result_text_size,
-    tool_message_text,
-)
+from middlewares._tool_results import apply_sized, map_tool_messages, tool_message_text
 from middlewares.model_response import last_ai_message, replace_last_ai_message
 from middlewares.tool_result_meta import read_tool_meta
 from runtime.config import VerificationConfig
@@ -218,9 +212,7 @@ class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):
     ) -> ToolMessage | Command[Any]:
         result = await handler(request)
         timestamp = self.now()
-        if result_text_size(result) > OFF_LOOP_CHARS:
-            return await asyncio.to_thread(self._stamp, request, result, timestamp)  # type: ignore[no-any-return]
-        return self._stamp(request, result, timestamp)  # type: ignore[no-any-return]
+        return await apply_sized(result, self._stamp, request, result, timestamp)  # type: ignore[no-any-return]
 
     # --- model side -------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ externalised full output is already neutralised.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from middlewares._tool_results import OFF_LOOP_CHARS, map_tool_messages, result_text_size, with_text
+from middlewares._tool_results import apply_sized, map_tool_messages, with_text
 from middlewares.tool_transform_meta import append_tool_transform
 from middlewares.untrusted_content import neutralize_untrusted_tags_counted
 
@@ -98,7 +97,4 @@ class ToolResultSanitizationMiddleware(AgentMiddleware[Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         result = await handler(request)
-        if result_text_size(result) > OFF_LOOP_CHARS:
-            # Scanning megabytes of HTML takes long enough to stall the event loop.
-            return await asyncio.to_thread(self._apply, request, result)  # type: ignore[no-any-return]
-        return self._apply(request, result)  # type: ignore[no-any-return]
+        return await apply_sized(result, self._apply, request, result)  # type: ignore[no-any-return]

@@ -7,7 +7,14 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ai_text", "ai_tools", "scripted_model_entry", "tool_call", "write_config"]
+__all__ = [
+    "ai_text",
+    "ai_tools",
+    "recording_model_entry",
+    "scripted_model_entry",
+    "tool_call",
+    "write_config",
+]
 
 
 def tool_call(name: str, **args: Any) -> dict[str, Any]:
@@ -52,3 +59,16 @@ def write_config(
     path = directory / filename
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
+
+
+def recording_model_entry(
+    script: list[dict[str, Any]], *, key: str, name: str = "recorder", **extra: Any
+) -> dict[str, Any]:
+    """A model entry whose requests are kept under ``key`` (see ``runtime.recording_model``)."""
+    return {
+        "name": name,
+        "use": "runtime.recording_model:RecordingChatModel",
+        "recording_key": key,
+        "script": script,
+        **extra,
+    }

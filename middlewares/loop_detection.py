@@ -72,6 +72,28 @@ class _RunLoops:
     stopped: bool = False
 
 
+def _is_hidden_context(message: Any) -> bool:
+    """A request-only hidden message an outer wrapper appended (receipt ledger, reminders)."""
+    if not isinstance(message, HumanMessage):
+        return False
+    kwargs = message.additional_kwargs or {}
+    return kwargs.get("hide_from_ui") is True
+
+
+def _tool_results_are_back(messages: list[Any]) -> bool:
+    """The conversation ends with tool results, past any hidden context appended after them.
+
+    Outer wrappers (ToolReceipt's ledger, spec 15) append hidden messages to the
+    request before this middleware sees it, so the last message is not always
+    the ``ToolMessage`` itself.
+    """
+    for message in reversed(messages):
+        if _is_hidden_context(message):
+            continue
+        return isinstance(message, ToolMessage)
+    return False
+
+
 class LoopDetectionMiddleware(AgentMiddleware[Any, Any]):
     """Warn on, then hard-stop, repeated tool calls within one run."""
 
@@ -156,7 +178,7 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any]):
 
     def _with_reminders(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         messages = list(request.messages)
-        if not messages or not isinstance(messages[-1], ToolMessage):
+        if not _tool_results_are_back(messages):
             return request
         run = self._run(current_run_key())
         with self._lock:

@@ -161,3 +161,26 @@ def test_sync_run() -> None:
     )
     result = agent.invoke({"messages": [HumanMessage("go")]}, _config("t-sync"))
     assert result["messages"][-1].additional_kwargs["stop_reason"] == LOOP_STOP_REASON
+
+
+async def test_warning_arrives_with_receipts_outermost() -> None:
+    """Issue 19.1: ToolReceipt (outer) appends its hidden ledger after the tool results."""
+    from middlewares.tool_receipt import ToolReceiptMiddleware
+
+    model = StrictRecordingModel.model_validate({"script": _repeat(3)})
+    agent = create_agent(
+        model,
+        [echo],
+        middleware=[
+            ToolReceiptMiddleware(),
+            LoopDetectionMiddleware(warn_threshold=3, hard_limit=5),
+        ],
+        state_schema=ThreadState,
+        checkpointer=InMemorySaver(),
+    )
+    result = await agent.ainvoke({"messages": [HumanMessage("go")]}, _config("t-receipts"))
+    assert result["messages"][-1].content == "Final answer."
+    fourth = model.requests[3]
+    assert "tool_receipts" in fourth[-2].text  # the ledger, then the warning
+    assert isinstance(fourth[-1], HumanMessage) and "Loop warning" in fourth[-1].text
+    assert all("Loop warning" not in m.text for m in result["messages"])

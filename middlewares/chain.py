@@ -50,7 +50,7 @@ from middlewares.llm_error_handling import LLMErrorHandlingMiddleware
 from middlewares.loop_detection import LoopDetectionMiddleware
 from middlewares.model_content_compatibility import ModelContentCompatibilityMiddleware
 from middlewares.model_length_finish_reason import ModelLengthFinishReasonMiddleware
-from middlewares.pii_redaction import PiiRedactionMiddleware
+from middlewares.pii_redaction import PiiRedactionMiddleware, PiiRedactor
 from middlewares.read_before_write import ReadBeforeWriteMiddleware
 from middlewares.safety_finish_reason import SafetyFinishReasonMiddleware
 from middlewares.sandbox import SandboxMiddleware
@@ -308,7 +308,11 @@ def _title(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
         if entry is None:
             raise ConfigError(f"title.model: no model named {config.model!r} in models")
         model = create_chat_model(entry)
-    return TitleMiddleware(model=model, max_chars=config.max_chars)
+    redactor = None
+    pii = inputs.settings.pii_redaction
+    if pii.enabled:  # spec 4: title input goes through redact_text
+        redactor = PiiRedactor(pii.detectors, hash_key=pii.hash_key)
+    return TitleMiddleware(model=model, max_chars=config.max_chars, redactor=redactor)
 
 
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:

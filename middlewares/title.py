@@ -8,6 +8,12 @@ its tokens never reach the client's message stream, and its metadata carries
 ``SystemOperationKind.TITLE``. Without a model, or when the model fails, the
 title is the first user message, collapsed and cut at a word boundary: a run
 never fails because of its title.
+
+The user's text is the message's ``original_user_content`` when the server
+recorded one (Uploads puts an ``<uploaded_files>`` block in front of the text,
+which must not become the title). With PII redaction on, the title input goes
+through ``redact_text`` (spec 4), so neither the title model nor the stored
+title sees the raw values.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
 from middlewares._text import content_text
+from middlewares.pii_redaction import PiiRedactor, redact_text
 
-__all__ = ["TITLE_PROMPT", "TitleMiddleware", "fallback_title", "message_text"]
+__all__ = ["TITLE_PROMPT", "TitleMiddleware", "fallback_title", "message_text", "user_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +63,12 @@ def fallback_title(text: str, max_chars: int) -> str:
     return cut.rstrip(" ,.;:") + "…"
 
 
+def user_text(message: BaseMessage) -> str:
+    """What the user typed: ``original_user_content`` when valid, else the message text."""
+    original = (message.additional_kwargs or {}).get("original_user_content")
+    return original if isinstance(original, str) else message_text(message)
+
+
 def _is_user_message(message: BaseMessage) -> bool:
     kwargs = message.additional_kwargs or {}
     return isinstance(message, HumanMessage) and not kwargs.get("hide_from_ui")
@@ -65,15 +78,26 @@ class TitleMiddleware(AgentMiddleware[Any, Any]):
     """Write ``state["title"]`` once, after the first complete exchange."""
 
     def __init__(
-        self, *, model: BaseChatModel | None = None, max_chars: int = 60, max_words: int = 8
+        self,
+        *,
+        model: BaseChatModel | None = None,
+        max_chars: int = 60,
+        max_words: int = 8,
+        redactor: PiiRedactor | None = None,
     ) -> None:
         super().__init__()
         self.model = model
+        self.redactor = redactor
         self.max_chars = max(8, max_chars)
         self.max_words = max(1, max_words)
 
     def release_policy_parameters(self) -> dict[str, Any]:
-        return {"model": bool(self.model), "max_chars": self.max_chars, "max_words": self.max_words}
+        return {
+            "model": bool(self.model),
+            "max_chars": self.max_chars,
+            "max_words": self.max_words,
+            "redacted": self.redactor is not None,
+        }
 
     def _exchange(self, state: Any) -> tuple[str, str] | None:
         if not isinstance(state, dict) or state.get("title"):
@@ -81,10 +105,14 @@ class TitleMiddleware(AgentMiddleware[Any, Any]):
         messages = state.get("messages") or []
         if not messages or not isinstance(messages[-1], AIMessage) or messages[-1].tool_calls:
             return None
-        question = next((message_text(m) for m in messages if _is_user_message(m)), "")
+        question = next((user_text(m) for m in messages if _is_user_message(m)), "")
         if not question.strip():
             return None
-        return question, message_text(messages[-1])
+        answer = message_text(messages[-1])
+        if self.redactor is not None:
+            question = redact_text(question, redactor=self.redactor)
+            answer = redact_text(answer, redactor=self.redactor)
+        return question, answer
 
     def _prompt(self, question: str, answer: str) -> list[BaseMessage]:
         return [

@@ -93,3 +93,32 @@ def test_fallback_title_edges() -> None:
     assert fallback_title("a" * 100, 10) == "a" * 9 + "…"
     assert fallback_title("word " * 30, 16).endswith("…")
     assert len(fallback_title("word " * 30, 16)) <= 16
+
+
+async def test_title_uses_the_users_own_text_not_the_uploads_block() -> None:
+    """Issue 19.3: the first message carries uploads; the title is the user's text."""
+    agent = _agent([{"content": "Done."}], TitleMiddleware())
+    message = HumanMessage(
+        "<uploaded_files>\n- a.csv (1 KB) at /mnt/user-data/uploads/a.csv\n</uploaded_files>"
+        "\n\nSummarize the sales numbers",
+        additional_kwargs={"original_user_content": "Summarize the sales numbers"},
+    )
+    result = await agent.ainvoke({"messages": [message]}, {"configurable": {"thread_id": "u"}})
+    assert result["title"] == "Summarize the sales numbers"
+
+
+async def test_title_input_is_redacted_when_pii_redaction_is_on() -> None:
+    """Issue 19.3 / spec 4: the assembled chain passes title input through redact_text."""
+    from runtime.config import Settings
+    from tests.support.agents import chain_for
+
+    settings = Settings.model_validate({"pii_redaction": {"enabled": True}})
+    titles = [m for m in chain_for(settings) if isinstance(m, TitleMiddleware)]
+    assert len(titles) == 1 and titles[0].redactor is not None
+    agent = _agent([{"content": "Noted."}], titles[0])
+    result = await agent.ainvoke(
+        {"messages": [HumanMessage("mail alice@example.com the report")]},
+        {"configurable": {"thread_id": "p"}},
+    )
+    assert "alice@example.com" not in result["title"]
+    assert result["title"].startswith("mail [")

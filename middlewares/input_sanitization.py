@@ -16,6 +16,13 @@ the auth layer strips caller-supplied provenance before a run starts.
 ``additional_kwargs["original_user_content"]`` is server-owned: a valid string
 is kept (first writer wins); any other value is replaced by the message's text
 before wrapping, and a wrapped message without one gets its pre-wrap text.
+
+A block the server itself wrote into a user message (Uploads' ``<uploaded_files>``
+listing) carries its provenance in ``additional_kwargs["deerflow_server_block"]``
+(content kind, producer kind and the exact text; the auth layer strips every
+``deerflow_*`` key a caller sends, so it cannot be forged). When the message
+still starts with exactly that text, the block is left intact and only the
+user's own text after it is neutralised and wrapped: the first writer wins.
 """
 
 from __future__ import annotations
@@ -32,14 +39,17 @@ from middlewares.untrusted_content import neutralize_untrusted_tags_counted
 
 __all__ = [
     "ORIGINAL_USER_CONTENT_KEY",
+    "SERVER_BLOCK_KEY",
     "UNTRUSTED_INPUT_KEY",
     "InputSanitizationMiddleware",
     "is_genuine_user_message",
     "sanitize_user_message",
+    "server_block_kwargs",
 ]
 
 ORIGINAL_USER_CONTENT_KEY = "original_user_content"
 UNTRUSTED_INPUT_KEY = "untrusted_input"
+SERVER_BLOCK_KEY = "deerflow_server_block"
 PROVENANCE_KEYS = ("deerflow_producer_kind", "deerflow_content_kind")
 
 _OPEN = '<untrusted_input source="user">'
@@ -58,6 +68,58 @@ def _text_of(content: Any) -> str:
     return content_text(content)
 
 
+def server_block_kwargs(text: str, *, content_kind: str, producer_kind: str) -> dict[str, Any]:
+    """``additional_kwargs`` entry recording a server-written leading block of a user message."""
+    return {
+        SERVER_BLOCK_KEY: {
+            "content_kind": content_kind,
+            "producer_kind": producer_kind,
+            "text": text,
+        }
+    }
+
+
+def _server_block(message: HumanMessage) -> str | None:
+    """The validated server-written prefix of ``message``, or None."""
+    raw = (message.additional_kwargs or {}).get(SERVER_BLOCK_KEY)
+    if not isinstance(raw, dict):
+        return None
+    text = raw.get("text")
+    if not isinstance(text, str) or not text:
+        return None
+    if not all(isinstance(raw.get(k), str) for k in ("content_kind", "producer_kind")):
+        return None
+    content = message.content
+    if isinstance(content, str):
+        return text if content.startswith(text) else None
+    if isinstance(content, list) and content:
+        first = content[0]
+        if isinstance(first, dict) and first.get("type") == "text" and first.get("text") == text:
+            return text
+    return None
+
+
+def _neutralize_blocks(blocks: list[Any]) -> tuple[list[Any], int]:
+    count = 0
+    out: list[Any] = []
+    for block in blocks:
+        if isinstance(block, str):
+            cleaned, found = neutralize_untrusted_tags_counted(block)
+            count += found
+            out.append(cleaned)
+        elif (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        ):
+            cleaned, found = neutralize_untrusted_tags_counted(block["text"])
+            count += found
+            out.append({**block, "text": cleaned} if found else block)
+        else:
+            out.append(block)
+    return out, count
+
+
 def sanitize_user_message(message: HumanMessage) -> HumanMessage:
     """The model-bound view of one genuine user message (the same object if clean)."""
     kwargs = dict(message.additional_kwargs or {})
@@ -68,31 +130,22 @@ def sanitize_user_message(message: HumanMessage) -> HumanMessage:
         changed_kwargs = True
 
     content = message.content
+    server = _server_block(message)
     count = 0
     new_content: Any = content
     if isinstance(content, str):
-        cleaned, count = neutralize_untrusted_tags_counted(content)
+        head, rest = ("", content) if server is None else (server, content[len(server) :])
+        cleaned, count = neutralize_untrusted_tags_counted(rest)
         if count:
-            new_content = f"{_OPEN}\n{cleaned}\n{_CLOSE}"
+            body = cleaned.lstrip("\n") if head else cleaned
+            wrapped = f"{_OPEN}\n{body}\n{_CLOSE}"
+            new_content = f"{head}\n\n{wrapped}" if head else wrapped
     elif isinstance(content, list):
-        blocks: list[Any] = []
-        for block in content:
-            if isinstance(block, str):
-                cleaned, found = neutralize_untrusted_tags_counted(block)
-                count += found
-                blocks.append(cleaned)
-            elif (
-                isinstance(block, dict)
-                and block.get("type") == "text"
-                and isinstance(block.get("text"), str)
-            ):
-                cleaned, found = neutralize_untrusted_tags_counted(block["text"])
-                count += found
-                blocks.append({**block, "text": cleaned} if found else block)
-            else:
-                blocks.append(block)
+        head_blocks = content[:1] if server is not None else []
+        blocks, count = _neutralize_blocks(content[len(head_blocks) :])
         if count:
             new_content = [
+                *head_blocks,
                 {"type": "text", "text": _OPEN},
                 *blocks,
                 {"type": "text", "text": _CLOSE},

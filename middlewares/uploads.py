@@ -13,7 +13,10 @@ display show as 0, from 1 TB up compactly; stored sizes are never changed.
 The message is replaced by a copy with the same id (the reducer swaps it in
 place) that keeps every field, ``response_metadata`` included. The original
 text goes to ``additional_kwargs.original_user_content`` unless a valid
-string is already there (first writer wins).
+string is already there (first writer wins). The block itself is recorded as
+server-written (``deerflow_server_block``: content kind ``uploaded_files``,
+producer ``uploads``, its exact text), so InputSanitization leaves it intact
+and only neutralises the user's own text after it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from langgraph.runtime import Runtime
 
 from auth.identity import resolve_runtime_user_id
 from middlewares._text import content_text
+from middlewares.input_sanitization import server_block_kwargs
 from middlewares.thread_data import latest_user_message_index
 from runtime.config import Settings
 from runtime.paths import thread_paths
@@ -187,6 +191,9 @@ class UploadsMiddleware(AgentMiddleware[ThreadState, Any]):
             }
             for item in listed
         ]
+        kwargs.update(
+            server_block_kwargs(block, content_kind=UPLOADED_FILES_TAG, producer_kind="uploads")
+        )
         content: Any = message.content
         if isinstance(content, list):
             new_content: Any = [{"type": "text", "text": block}, *content]

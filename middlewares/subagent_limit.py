@@ -26,6 +26,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
+from middlewares.model_response import append_visible_text
+from middlewares.tool_call_args import clone_ai_message_with_tool_calls
 from runtime.state import ThreadState
 from subagents.contract import TASK_TOOL_NAME
 from subagents.ledger import (
@@ -77,41 +79,14 @@ def _is_valid_task_call(call: Mapping[str, Any]) -> bool:
 
 
 def _without_calls(message: AIMessage, drop_ids: set[str], note: str) -> AIMessage:
-    """A copy of ``message`` without the dropped tool calls (in every place a provider
-    adapter may resend them), with ``finish_reason="stop"`` and the note appended."""
-    tool_calls = [c for c in message.tool_calls if c.get("id") not in drop_ids]
-    additional = dict(message.additional_kwargs)
-    raw_calls = additional.get("tool_calls")
-    if isinstance(raw_calls, list):
-        kept = [c for c in raw_calls if not (isinstance(c, Mapping) and c.get("id") in drop_ids)]
-        if kept:
-            additional["tool_calls"] = kept
-        else:
-            additional.pop("tool_calls")
-    content: str | list[Any]
-    if isinstance(message.content, list):
-        blocks = [
-            block
-            for block in message.content
-            if not (
-                isinstance(block, Mapping)
-                and block.get("type") in {"tool_use", "tool_call"}
-                and block.get("id") in drop_ids
-            )
-        ]
-        content = [*blocks, {"type": "text", "text": note}]
-    else:
-        text = message.content or ""
-        content = f"{text}\n\n{note}" if text.strip() else note
-    metadata = {**message.response_metadata, "finish_reason": "stop"}
-    return message.model_copy(
-        update={
-            "content": content,
-            "tool_calls": tool_calls,
-            "additional_kwargs": additional,
-            "response_metadata": metadata,
-        }
-    )
+    """A copy of ``message`` without the dropped task calls, in every form a provider
+    adapter may resend them (spec "Removing tool calls": structured, invalid, raw,
+    ``function_call`` and content-block calls), with ``finish_reason="stop"`` and
+    the visible note appended."""
+    kept = [c for c in message.tool_calls if c.get("id") not in drop_ids]
+    stripped = append_visible_text(clone_ai_message_with_tool_calls(message, kept), note)
+    metadata = {**stripped.response_metadata, "finish_reason": "stop"}
+    return stripped.model_copy(update={"response_metadata": metadata})
 
 
 class SubagentLimitMiddleware(AgentMiddleware[ThreadState, Any]):

@@ -36,7 +36,10 @@ def _get(message: Any, name: str) -> Any:
 def _is_ai(message: Any) -> bool:
     if isinstance(message, AIMessage):
         return True
-    return isinstance(message, Mapping) and message.get("type") in {"ai", "AIMessageChunk"}
+    if not isinstance(message, Mapping):
+        return False
+    kind = message.get("type")  # remote JSON: may be any value, even unhashable
+    return isinstance(kind, str) and kind in ("ai", "AIMessageChunk")
 
 
 def ai_messages(messages: Any) -> list[Any]:

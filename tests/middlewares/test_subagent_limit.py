@@ -230,3 +230,55 @@ def test_in_the_chain_only_when_subagents_are_enabled(tmp_path: Path) -> None:
         m for m in chain({"max_total_subagents": 99}) if isinstance(m, SubagentLimitMiddleware)
     ]
     assert limit.release_policy_parameters()["max_total_per_run"] == 50
+
+
+async def test_odd_blocks_and_every_call_form_are_handled(tmp_path: Path) -> None:
+    """Issue 19.4: an unhashable block type never crashes; every form of a dropped call goes."""
+    blocks = [
+        {"type": [], "text": "odd"},
+        {"type": {}, "id": "call_0_1"},
+        {"type": "server_tool_use", "id": "call_0_1", "name": "task", "input": {}},
+        {"type": "function_call", "call_id": "call_0_1", "id": "call_0_1", "name": "task"},
+        {"type": "tool_use", "id": "call_0_0", "name": "task", "input": {}},
+    ]
+    middleware = SubagentLimitMiddleware(_limits(total=1))
+    message = AIMessage(
+        content=blocks,  # type: ignore[arg-type]
+        tool_calls=[
+            {"name": "task", "args": task_call("a")["args"], "id": "call_0_0"},
+            {"name": "task", "args": task_call("b")["args"], "id": "call_0_1"},
+        ],
+        invalid_tool_calls=[
+            {
+                "name": "task",
+                "args": "{bad",
+                "id": "call_0_1",
+                "error": None,
+                "type": "invalid_tool_call",
+            }
+        ],
+        additional_kwargs={"function_call": {"name": "task", "arguments": "{}"}},
+        id="ai-odd",
+    )
+    update = await middleware.aafter_model({"messages": [message]}, None)  # type: ignore[arg-type]
+    assert update is not None
+    (stripped,) = update["messages"]
+    assert [c["id"] for c in stripped.tool_calls] == ["call_0_0"]
+    assert stripped.invalid_tool_calls == []
+    left = [b for b in stripped.content if isinstance(b, dict) and b.get("id") == "call_0_1"]
+    assert left == [{"type": {}, "id": "call_0_1"}], "only the odd, non-call block is kept"
+    assert {"type": [], "text": "odd"} in stripped.content
+    assert "[Subagent limit]" in stripped.content[-1]["text"]
+
+
+def test_remote_messages_with_odd_types_are_skipped() -> None:
+    """Issue 19.4: subagents/messages.py reads remote JSON; an unhashable type is not a crash."""
+    from subagents.messages import ai_messages, final_text
+
+    remote = [
+        {"type": [], "content": "x"},
+        {"type": {"a": 1}, "content": "y"},
+        {"type": "ai", "content": [{"type": []}, {"type": "text", "text": "done"}]},
+    ]
+    assert len(ai_messages(remote)) == 1
+    assert final_text(remote) == "done"

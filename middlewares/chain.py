@@ -352,10 +352,12 @@ FACTORIES: dict[str, Factory] = {
     "SafetyFinishReasonMiddleware": lambda i: SafetyFinishReasonMiddleware(  # 39
         i.settings.safety_finish_reason.finish_reasons
     ),
-    # 17: the spec installs it always; here it is opt-in (dynamic_context.enabled)
-    # until clients skip its hidden message in persisted history.
+    # 17: always installed (request-only, never persisted); date-only system
+    # context for subagents, merged by the coalescer right after it (spec 30).
     "DynamicContextMiddleware": lambda i: (
-        DynamicContextMiddleware() if i.settings.dynamic_context.enabled else None
+        DynamicContextMiddleware(date_only_system=i.scope is not AgentScope.LEAD)
+        if i.settings.dynamic_context.enabled
+        else None
     ),
     "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
     "TitleMiddleware": _title,  # 24

@@ -1,32 +1,39 @@
 """DynamicContextMiddleware (spec 000, number 17): today's date outside the system prompt.
 
 The system prompt stays byte-stable so providers' prefix caches keep working;
-the date rides the message stream as a hidden ``HumanMessage`` reminder in a
+the date rides the message stream as a hidden reminder in a
 ``<system-reminder>`` envelope, stamped with server-owned provenance
 (``dynamic_context_reminder`` from ``dynamic_context``) and ``hide_from_ui``.
 
-It is placed with the ID swap (003): the reminder takes the user message's id,
-so the reducer replaces that message in place, and the user's text moves
-unchanged to ``{id}__user`` right after it. First turn: a reminder before the
-first user-authored message; same day: nothing; a new day: a date-only
-reminder before the latest user-authored message. The date follows server-local
-time unless ``DEER_FLOW_DATE_TIMEZONE`` names an IANA zone (an invalid name
-falls back to local time). Runs once per run, in ``before_agent``.
+The reminder is **request-only**: ``wrap_model_call`` adds it to each model
+request and it never enters state, so persisted history (what clients list,
+count and index) holds only what the user and the agent wrote, and the
+middleware can be installed always, as the spec has it (003). For the lead it
+is a ``HumanMessage`` placed right before the first user-authored message, so
+the request prefix stays stable for the whole day. For subagents
+(``date_only_system=True``) it is a ``SystemMessage`` that the
+SystemMessageCoalescing middleware registered right after it merges into the
+single leading system block (spec 30). The date follows server-local time
+unless ``DEER_FLOW_DATE_TIMEZONE`` names an IANA zone (an invalid name falls
+back to local time).
+
+Older checkpoints may still hold reminders this middleware persisted before it
+became request-only; a request that already carries today's reminder gets no
+second one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import date, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
-from langgraph.runtime import Runtime
+from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from deerflow_extension_api.provenance import ContentKind, ProducerKind, provenance_kwargs
 
@@ -69,15 +76,31 @@ def _user_authored(message: BaseMessage) -> bool:
 
 
 class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
-    """Inject the date as a hidden reminder ahead of the user's message."""
+    """Add the date to every model request as hidden, request-only context.
 
-    def __init__(self, *, now: Callable[[], datetime] | None = None) -> None:
+    Args:
+        now: a clock for tests (timezone-aware or naive); defaults to the wall clock.
+        date_only_system: subagents: send the reminder as a ``SystemMessage`` for
+            the coalescer to merge into the single leading system block.
+
+    Example::
+
+        create_agent(model, tools, middleware=[DynamicContextMiddleware()])
+    """
+
+    def __init__(
+        self,
+        *,
+        now: Callable[[], datetime] | None = None,
+        date_only_system: bool = False,
+    ) -> None:
         super().__init__()
         self._now = now
+        self.date_only_system = date_only_system
 
     def release_policy_parameters(self) -> dict[str, Any]:
         zone = os.environ.get(TIMEZONE_ENV, "").strip() or None
-        return {"timezone": zone, "memory": False}
+        return {"timezone": zone, "memory": False, "system": self.date_only_system}
 
     def _today(self) -> tuple[date, str]:
         zone = date_timezone()
@@ -87,48 +110,47 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
         label = zone.key if isinstance(zone, ZoneInfo) else (now.tzname() or "server local time")
         return now.date(), label
 
-    def _reminder(self, target: BaseMessage, today: date, zone: str) -> HumanMessage:
+    def _reminder(self, today: date, zone: str) -> BaseMessage:
         text = (
             "<system-reminder>\n"
             f"Today's date is {today:%A}, {today.isoformat()} ({zone}).\n"
             "</system-reminder>"
         )
-        return HumanMessage(
-            content=text,
-            id=target.id,
-            **provenance_kwargs(
-                ContentKind.DYNAMIC_CONTEXT_REMINDER,
-                ProducerKind.DYNAMIC_CONTEXT,
-                additional_kwargs={
-                    "hide_from_ui": True,
-                    REMINDER_KEY: {"date": today.isoformat(), "kind": "date"},
-                },
-            ),
+        kwargs = provenance_kwargs(
+            ContentKind.DYNAMIC_CONTEXT_REMINDER,
+            ProducerKind.DYNAMIC_CONTEXT,
+            additional_kwargs={
+                "hide_from_ui": True,
+                REMINDER_KEY: {"date": today.isoformat(), "kind": "date"},
+            },
         )
+        if self.date_only_system:
+            return SystemMessage(content=text, **kwargs)
+        return HumanMessage(content=text, **kwargs)
 
-    def _inject(self, state: Any) -> dict[str, Any] | None:
-        messages: Sequence[BaseMessage] = (state or {}).get("messages") or []
-        users = [i for i, m in enumerate(messages) if _user_authored(m)]
-        if not users:
-            return None
+    def _with_date(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        messages = list(request.messages)
         today, zone = self._today()
-        dates = [d for m in messages if (d := _reminder_date(m)) is not None]
-        if dates and dates[-1] == today.isoformat():
-            return None
-        index = users[-1] if dates else users[0]
-        target = messages[index]
-        if not target.id:
-            return None
-        reminder = self._reminder(target, today, zone)
-        moved = target.model_copy(update={"id": f"{target.id}__user"})
-        if index == len(messages) - 1:
-            # Same id replaces in place; the new id is appended right after it.
-            return {"messages": [reminder, moved]}
-        rebuilt = [*messages[:index], reminder, moved, *messages[index + 1 :]]
-        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *rebuilt]}
+        if any(_reminder_date(m) == today.isoformat() for m in messages):
+            return request
+        reminder = self._reminder(today, zone)
+        if self.date_only_system:
+            return request.override(messages=[reminder, *messages])
+        index = next((i for i, m in enumerate(messages) if _user_authored(m)), None)
+        if index is None:
+            return request
+        return request.override(messages=[*messages[:index], reminder, *messages[index:]])
 
-    def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._inject(state)
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        return handler(self._with_date(request))
 
-    async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._inject(state)
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        return await handler(self._with_date(request))

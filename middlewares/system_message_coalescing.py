@@ -19,12 +19,14 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
 from langchain_core.messages import SystemMessage
 
+from deerflow_extension_api.provenance import ContentKind, ProducerKind
+
 __all__ = ["SystemMessageCoalescingMiddleware", "coalesce_system_messages"]
 
 REMINDER_KEY = "dynamic_context_reminder"
 PROVENANCE = {
-    "deerflow_content_kind": "system_prompt",
-    "deerflow_producer_kind": "system_message_coalescing",
+    "deerflow_content_kind": ContentKind.COALESCED_SYSTEM.value,
+    "deerflow_producer_kind": ProducerKind.SYSTEM_MESSAGE_COALESCING.value,
 }
 
 

@@ -552,13 +552,13 @@ class LoopDetectionConfig(_Section):
 
 
 class DynamicContextConfig(_Section):
-    """DynamicContextMiddleware (17): today's date as a hidden reminder message.
+    """DynamicContextMiddleware (17): today's date as hidden, request-only context.
 
-    Off by default for now: it inserts a hidden message into the persisted
-    history (clients that count or index messages must skip ``hide_from_ui``).
+    On by default (the spec installs it always); it never enters persisted
+    history. ``enabled: false`` is an escape hatch, not a supported mode.
     """
 
-    enabled: bool = False
+    enabled: bool = True
 
 
 class TitleConfig(_Section):

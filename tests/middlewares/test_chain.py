@@ -115,6 +115,7 @@ REAL_LEAD_DEFAULT: list[str] = [
     "SandboxAuditMiddleware",
     "ReadBeforeWriteMiddleware",
     "ToolErrorHandlingMiddleware",
+    "DynamicContextMiddleware",  # always installed (issue 19.5)
     "TitleMiddleware",
     "SystemMessageCoalescingMiddleware",
     "SubagentLimitMiddleware",  # subagents are on by default
@@ -134,6 +135,7 @@ REAL_SUBAGENT_DEFAULT: list[str] = [
     "ModelContentCompatibilityMiddleware",
     "TerminalResponseMiddleware",
     "ModelLengthFinishReasonMiddleware",
+    "DynamicContextMiddleware",  # date-only, right before the coalescer
     "SystemMessageCoalescingMiddleware",  # the subagent chain's last entry
 ]
 

@@ -1,4 +1,4 @@
-"""DynamicContextMiddleware through real agent runs: ID swap, once per day."""
+"""DynamicContextMiddleware through real agent runs: request-only, every turn, never persisted."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from deerflow_extension_api.provenance import read_provenance
@@ -42,59 +42,71 @@ def _reminders(messages: list[Any]) -> list[Any]:
     return [m for m in messages if REMINDER_KEY in (m.additional_kwargs or {})]
 
 
-async def test_first_turn_reminder_takes_the_user_slot() -> None:
+async def test_reminder_reaches_every_request_and_never_enters_state() -> None:
+    """Issue 19.5: the date reaches the model each turn; persisted history never holds it."""
     clock = Clock(datetime(2026, 11, 29, 9, 0, tzinfo=UTC))
     agent, model = _agent(clock)
     config = {"configurable": {"thread_id": "d1"}}
-    result = await agent.ainvoke({"messages": [HumanMessage("hello", id="u1")]}, config)
-    first, second = result["messages"][:2]
-    assert first.id == "u1" and "2026-11-29" in first.text and "<system-reminder>" in first.text
-    assert first.additional_kwargs["hide_from_ui"] is True
-    provenance = read_provenance(first)
-    assert provenance is not None
-    assert (provenance.content_kind, provenance.producer_kind) == (
-        "dynamic_context_reminder",
-        "dynamic_context",
-    )
-    assert second.id == "u1__user" and second.text == "hello"
-    # The model saw the reminder before the question; the system prompt is untouched.
-    request = model.requests[0]
-    assert [m.text for m in request if isinstance(m, HumanMessage)][-2:] == [first.text, "hello"]
+    await agent.ainvoke({"messages": [HumanMessage("hello", id="u1")]}, config)
+    result = await agent.ainvoke({"messages": [HumanMessage("again", id="u2")]}, config)
+    assert _reminders(result["messages"]) == []
+    assert [m.id for m in result["messages"] if isinstance(m, HumanMessage)] == ["u1", "u2"]
+    for request in model.requests:
+        (reminder,) = _reminders(request)
+        assert "2026-11-29" in reminder.text and "<system-reminder>" in reminder.text
+        assert reminder.additional_kwargs["hide_from_ui"] is True
+        provenance = read_provenance(reminder)
+        assert provenance is not None
+        assert (provenance.content_kind, provenance.producer_kind) == (
+            "dynamic_context_reminder",
+            "dynamic_context",
+        )
+        # Right before the first user-authored message: a stable prefix all day.
+        assert request[request.index(reminder) + 1].text == "hello"
 
 
-async def test_same_day_adds_nothing_and_new_day_adds_date_only() -> None:
+async def test_a_new_day_changes_the_date_and_old_persisted_reminders_are_not_doubled() -> None:
     clock = Clock(datetime(2026, 11, 29, 23, 0, tzinfo=UTC))
-    agent, _ = _agent(clock)
+    agent, model = _agent(clock)
     config = {"configurable": {"thread_id": "d2"}}
-    await agent.ainvoke({"messages": [HumanMessage("one", id="a")]}, config)
-    same = await agent.ainvoke({"messages": [HumanMessage("two", id="b")]}, config)
-    assert len(_reminders(same["messages"])) == 1
-    clock.moment = datetime(2026, 11, 30, 0, 5, tzinfo=UTC)
-    later = await agent.ainvoke({"messages": [HumanMessage("three", id="c")]}, config)
-    reminders = _reminders(later["messages"])
-    assert [r.additional_kwargs[REMINDER_KEY]["date"] for r in reminders] == [
-        "2026-11-29",
-        "2026-11-30",
-    ]
-    ids = [m.id for m in later["messages"]]
-    assert ids.index("c") + 1 == ids.index("c__user")
-    assert isinstance(later["messages"][-1], AIMessage)
-
-
-async def test_first_user_message_not_last_keeps_order() -> None:
-    clock = Clock(datetime(2026, 1, 1, tzinfo=UTC))
-    agent, _ = _agent(clock)
-    result = await agent.ainvoke(
-        {
-            "messages": [
-                HumanMessage("first", id="m1"),
-                AIMessage("prior", id="m2"),
-                HumanMessage("next", id="m3"),
-            ]
-        },
-        {"configurable": {"thread_id": "d3"}},
+    legacy = HumanMessage(
+        "<system-reminder>old</system-reminder>",
+        id="old",
+        additional_kwargs={"hide_from_ui": True, REMINDER_KEY: {"date": "2026-11-29"}},
     )
-    assert [m.id for m in result["messages"][:4]] == ["m1", "m1__user", "m2", "m3"]
+    await agent.ainvoke({"messages": [legacy, HumanMessage("one", id="a")]}, config)
+    assert len(_reminders(model.requests[0])) == 1, "today's persisted reminder is enough"
+    clock.moment = datetime(2026, 11, 30, 0, 5, tzinfo=UTC)
+    await agent.ainvoke({"messages": [HumanMessage("two", id="b")]}, config)
+    dates = [r.additional_kwargs[REMINDER_KEY]["date"] for r in _reminders(model.requests[1])]
+    assert dates == ["2026-11-29", "2026-11-30"]
+
+
+async def test_subagent_date_is_a_system_message_for_the_coalescer() -> None:
+    from middlewares.system_message_coalescing import SystemMessageCoalescingMiddleware
+
+    clock = Clock(datetime(2026, 1, 1, tzinfo=UTC))
+    model = StrictRecordingModel.model_validate({"script": [{"content": "ok"}]})
+    agent = create_agent(
+        model,
+        [],
+        system_prompt="You are a subagent.",
+        middleware=[
+            DynamicContextMiddleware(now=clock, date_only_system=True),
+            SystemMessageCoalescingMiddleware(),
+        ],
+        state_schema=ThreadState,
+        checkpointer=InMemorySaver(),
+    )
+    result = await agent.ainvoke(
+        {"messages": [HumanMessage("task", id="m1")]}, {"configurable": {"thread_id": "d3"}}
+    )
+    (request,) = model.requests
+    systems = [m for m in request if isinstance(m, SystemMessage)]
+    assert len(systems) == 1 and request[0] is systems[0]
+    assert "You are a subagent." in systems[0].text and "2026-01-01" in systems[0].text
+    assert [m.id for m in result["messages"]][:1] == ["m1"]
+    assert _reminders(result["messages"]) == []
 
 
 def test_timezone_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,7 +57,11 @@ async def test_blocks_in_any_role_are_healed_in_the_request_only(tmp_path: Path)
     agent = make_agent(model, [], settings=settings_for(tmp_path))
     result = await agent.ainvoke({"messages": history}, run_config())
     request = model.requests[-1]
-    user_blocks: Any = next(m for m in request if isinstance(m, HumanMessage)).content
+    user_blocks: Any = next(
+        m
+        for m in request
+        if isinstance(m, HumanMessage) and not m.additional_kwargs.get("hide_from_ui")
+    ).content
     assert user_blocks[0] == {"type": "text", "text": "look"}
     s3, http, local, web, data = user_blocks[1:]
     assert s3 == {

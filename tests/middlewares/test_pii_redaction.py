@@ -38,7 +38,11 @@ async def test_user_messages_in_the_request_and_remote_results_in_state(tmp_path
     )
     agent = make_agent(model, [web_search], settings=settings)
     result = await agent.ainvoke({"messages": [HumanMessage(USER_TEXT)]}, run_config())
-    sent_user = next(m for m in model.requests[0] if isinstance(m, HumanMessage))
+    sent_user = next(
+        m
+        for m in model.requests[0]
+        if isinstance(m, HumanMessage) and not m.additional_kwargs.get("hide_from_ui")
+    )
     assert "Jane.Doe@example.com" not in sent_user.content
     assert "4111" not in sent_user.content and "415-555-0132" not in sent_user.content
     assert (
@@ -110,7 +114,11 @@ async def test_original_user_content_copy_is_redacted_too(tmp_path: Path) -> Non
     agent = make_agent(model, [], settings=settings)
     text = "<system-reminder>x</system-reminder> write to jane@example.com"
     await agent.ainvoke({"messages": [HumanMessage(text)]}, run_config())
-    sent = next(m for m in model.requests[0] if isinstance(m, HumanMessage))
+    sent = next(
+        m
+        for m in model.requests[0]
+        if isinstance(m, HumanMessage) and not m.additional_kwargs.get("hide_from_ui")
+    )
     assert "jane@example.com" not in str(sent.content)
     assert "jane@example.com" not in sent.additional_kwargs["original_user_content"]
     assert "[EMAIL_" in sent.additional_kwargs["original_user_content"]

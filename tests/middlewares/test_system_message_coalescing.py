@@ -38,6 +38,8 @@ async def test_non_leading_system_messages_are_merged(tmp_path: Path) -> None:
         "BASE PROMPT\n\nrule: be brief\n\n<system-reminder>date: Tuesday</system-reminder>\n\nblock rule"
     )
     assert system.additional_kwargs["deerflow_producer_kind"] == "system_message_coalescing"
+    # Issue 19.6: the spec's content kind, not "system_prompt".
+    assert system.additional_kwargs["deerflow_content_kind"] == "coalesced_system"
     assert sum(isinstance(m, SystemMessage) for m in result["messages"]) == 4  # state unchanged
 
 

@@ -110,7 +110,7 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
         label = zone.key if isinstance(zone, ZoneInfo) else (now.tzname() or "server local time")
         return now.date(), label
 
-    def _reminder(self, today: date, zone: str) -> BaseMessage:
+    def _reminder(self, today: date, zone: str) -> HumanMessage | SystemMessage:
         text = (
             "<system-reminder>\n"
             f"Today's date is {today:%A}, {today.isoformat()} ({zone}).\n"

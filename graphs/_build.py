@@ -22,6 +22,7 @@ from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import resolve_run_options
 from runtime.state import ThreadState
 from subagents.limits import resolve_subagent_limits
+from tools.clarification import for_clarification_mode
 from tools.selection import select_tools
 from tools.task import make_task_tool
 
@@ -61,6 +62,7 @@ def build_agent(
         if tools is not None
         else select_tools(settings, kind=kind, model=resolved.entry)
     )
+    agent_tools = [for_clarification_mode(t, settings.clarification.mode) for t in agent_tools]
     if effective["subagent_enabled"]:
         limits = resolve_subagent_limits(settings.subagents, options)
         agent_tools.append(make_task_tool(settings, limits=limits, parent_model=resolved.name))

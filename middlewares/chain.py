@@ -361,7 +361,9 @@ FACTORIES: dict[str, Factory] = {
     ),
     "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
     "TitleMiddleware": _title,  # 24
-    "ClarificationMiddleware": lambda i: ClarificationMiddleware(),  # 40
+    "ClarificationMiddleware": lambda i: ClarificationMiddleware(  # 40
+        mode=i.settings.clarification.mode
+    ),
 }
 
 

@@ -1,13 +1,29 @@
 """ClarificationMiddleware (spec 000, number 40): ``ask_clarification`` pauses the run.
 
 Registered last, so it is the innermost tool wrapper: the call never executes.
-``wrap_tool_call`` answers it with a ToolMessage whose content is a readable
-fallback and whose ``artifact.human_input`` is a versioned payload (v1
-``free_text``/``choice_with_other``; v2 ``form`` from ``fields``), and ends the
-run with ``Command(goto=END)``. ``after_model`` drops same-turn sibling calls so
-nothing runs before the user answers; a malformed ``ask_clarification`` parked
-on ``invalid_tool_calls`` is the same stop signal. Runs with
-``disable_clarification`` keep their siblings.
+The question becomes a versioned ``human_input`` payload (v1
+``free_text``/``choice_with_other``; v2 ``form`` from ``fields``). Two modes:
+
+- ``interrupt`` (default; LangGraph Server users expect human-in-the-loop to be
+  an interrupt): ``wrap_tool_call`` calls ``interrupt()`` with a one-element
+  list in Agent Chat UI's human-interrupt shape (``action_request``,
+  ``config`` with ``allow_respond``, ``description``) that also carries the
+  spec's payload under ``human_input``. The thread is ``interrupted``; Studio
+  or the SDK resumes the same run with ``Command(resume=<answer>)``, a plain
+  string or the UI's response shape (``{"type": "response", "args": ...}``,
+  alone or in a list). The answer becomes the tool result, recorded as
+  ``human_input_response``, and the model continues. A new user message sent
+  instead of a resume is accepted as the answer: ``before_agent`` answers the
+  stranded call with the question's fallback so history stays valid.
+- ``end``: the spec's form. The call is answered with the readable fallback
+  and ``artifact.human_input``, and the run ends with ``Command(goto=END)``;
+  the next user message is the answer.
+
+The interrupt lives in the tool wrapper (the tool node), never in a lifecycle
+hook, so the fused chain's rule that fused hooks never interrupt holds.
+``after_model`` drops same-turn sibling calls so nothing runs before the user
+answers; a malformed ``ask_clarification`` parked on ``invalid_tool_calls`` is
+the same stop signal. Runs with ``disable_clarification`` keep their siblings.
 
 Form normalization is deterministic and atomic: one structurally broken field
 (non-dict, bad or duplicate name, a JavaScript ``Object.prototype`` member
@@ -24,11 +40,12 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain.agents.middleware.types import ToolCallRequest
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.graph import END
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 
 from middlewares.tool_call_args import clone_ai_message_with_tool_calls
 from runtime.run_options import merged_run_config
@@ -40,12 +57,20 @@ __all__ = [
     "MAX_OPTIONS",
     "MAX_TEXT_CHARS",
     "ClarificationMiddleware",
+    "build_clarification_interrupt",
     "build_clarification_payload",
+    "parse_clarification_answer",
     "render_clarification_text",
 ]
 
 CLARIFICATION_TOOL = "ask_clarification"
 HUMAN_INPUT_MARKER = "deerflow_human_input"
+HUMAN_INPUT_RESPONSE_KEY = "human_input_response"
+MODES = ("interrupt", "end")
+NO_ANSWER_TEXT = (
+    "The user did not answer the question. Continue with your best judgment and state "
+    "the assumptions you made."
+)
 DISABLED_TEXT = (
     "Clarification is disabled for this run: nobody can answer now. Continue with your "
     "best judgment and state the assumptions you made."
@@ -243,8 +268,97 @@ def _parse_invalid_args(raw: Any) -> dict[str, Any]:
     return {}
 
 
+def build_clarification_interrupt(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The interrupt value: Agent Chat UI's human-interrupt list carrying the spec payload."""
+    args: dict[str, Any] = {"question": payload["question"]}
+    for key in ("options", "fields", "context"):
+        if key in payload:
+            args[key] = payload[key]
+    return [
+        {
+            "action_request": {"action": CLARIFICATION_TOOL, "args": args},
+            "config": {
+                "allow_respond": True,
+                "allow_accept": False,
+                "allow_edit": False,
+                "allow_ignore": False,
+            },
+            "description": render_clarification_text(payload),
+            "human_input": payload,
+        }
+    ]
+
+
+def _answer_text(value: Any) -> str | None:
+    """The answer in a resume value, or None when there is none (ignore, empty, junk)."""
+    if isinstance(value, list):
+        return _answer_text(value[0]) if len(value) == 1 else None
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, dict):
+        kind = value.get("type")
+        if isinstance(kind, str) and kind == "response":
+            return _answer_text(value.get("args"))
+        for key in ("answer", "text", "response"):
+            if isinstance(value.get(key), str):
+                return _answer_text(value[key])
+        if not isinstance(kind, str):
+            try:
+                return json.dumps(value, ensure_ascii=False, sort_keys=True)[:4000] or None
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def parse_clarification_answer(value: Any, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``human_input_response`` for a resume value (v1 ``text``/``option``), or None."""
+    text = _answer_text(value)
+    if text is None:
+        return None
+    option = next((o for o in payload.get("options") or () if o == text), None)
+    return {
+        "source": CLARIFICATION_TOOL,
+        "version": 1,
+        "response_kind": "option" if option is not None else "text",
+        "text": text,
+    }
+
+
+def _stranded_question(messages: list[AnyMessage]) -> tuple[int, dict[str, Any]] | None:
+    """An ``ask_clarification`` call left unanswered before newer user messages."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call.get("name") == CLARIFICATION_TOOL and call.get("id") not in answered:
+                    later = messages[index + 1 :]
+                    if any(isinstance(m, HumanMessage) for m in later):
+                        return index, dict(call)
+            return None
+    return None
+
+
 class ClarificationMiddleware(AgentMiddleware[Any, Any]):
-    """Turn ``ask_clarification`` into a run-level pause (always registered last)."""
+    """Turn ``ask_clarification`` into a run-level pause (always registered last).
+
+    Args:
+        mode: ``"interrupt"`` (a LangGraph interrupt, resumed with
+            ``Command(resume=...)``) or ``"end"`` (``Command(goto=END)``).
+
+    Example::
+
+        create_agent(model, [ask_clarification], middleware=[ClarificationMiddleware()])
+    """
+
+    def __init__(self, *, mode: str = "interrupt") -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"clarification.mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+
+    def release_policy_parameters(self) -> dict[str, Any]:
+        return {"mode": self.mode}
 
     def _answer(self, call_id: str, args: Any) -> ToolMessage:
         payload = build_clarification_payload(args)
@@ -254,6 +368,27 @@ class ClarificationMiddleware(AgentMiddleware[Any, Any]):
             tool_call_id=call_id,
             name=CLARIFICATION_TOOL,
             additional_kwargs={HUMAN_INPUT_MARKER: True},
+        )
+
+    def _ask(self, call_id: str, args: Any) -> ToolMessage:
+        """Interrupt mode: pause for the answer, then return it as the tool result."""
+        payload = build_clarification_payload(args)
+        resumed = interrupt(build_clarification_interrupt(payload))
+        response = parse_clarification_answer(resumed, payload)
+        kwargs: dict[str, Any] = {HUMAN_INPUT_MARKER: True}
+        artifact: dict[str, Any] = {"human_input": payload}
+        if response is None:
+            content = NO_ANSWER_TEXT
+        else:
+            content = response["text"]
+            kwargs[HUMAN_INPUT_RESPONSE_KEY] = response
+            artifact[HUMAN_INPUT_RESPONSE_KEY] = response
+        return ToolMessage(
+            content=content,
+            artifact=artifact,
+            tool_call_id=call_id,
+            name=CLARIFICATION_TOOL,
+            additional_kwargs=kwargs,
         )
 
     def _intercept(self, request: ToolCallRequest) -> ToolMessage | Command[Any] | None:
@@ -268,6 +403,8 @@ class ClarificationMiddleware(AgentMiddleware[Any, Any]):
                 name=CLARIFICATION_TOOL,
                 status="error",
             )
+        if self.mode == "interrupt":
+            return self._ask(call_id, call.get("args"))
         message = self._answer(call_id, call.get("args"))
         return Command(update={"messages": [message]}, goto=END)
 
@@ -284,6 +421,26 @@ class ClarificationMiddleware(AgentMiddleware[Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         return self._intercept(request) or await handler(request)
+
+    # -- before_agent: a new message instead of a resume is the answer -------------
+
+    def _accept_new_message(self, state: Any) -> dict[str, Any] | None:
+        messages = state.get("messages") if isinstance(state, dict) else None
+        if not messages:
+            return None
+        stranded = _stranded_question(list(messages))
+        if stranded is None:
+            return None
+        index, call = stranded
+        answer = self._answer(str(call.get("id") or ""), call.get("args"))
+        rebuilt = [*messages[: index + 1], answer, *messages[index + 1 :]]
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *rebuilt]}
+
+    def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._accept_new_message(state)
+
+    async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._accept_new_message(state)
 
     @hook_config(can_jump_to=["end"])
     def after_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -311,7 +468,7 @@ class ClarificationMiddleware(AgentMiddleware[Any, Any]):
                 return None
             # Keep only the first question; siblings must not run before the answer.
             return {"messages": [clone_ai_message_with_tool_calls(message, asks[:1])]}
-        # A malformed question parked on invalid_tool_calls: stop here with its answer.
+        # A malformed question parked on invalid_tool_calls: the same stop signal.
         parked = invalid[0]
         call_id = str(parked.get("id") or "clarification")
         cleared = clone_ai_message_with_tool_calls(message, [])
@@ -327,5 +484,8 @@ class ClarificationMiddleware(AgentMiddleware[Any, Any]):
                 ]
             }
         )
+        if self.mode == "interrupt":
+            # The tool node asks (a lifecycle hook never interrupts).
+            return {"messages": [repaired]}
         answer = self._answer(call_id, _parse_invalid_args(parked.get("args")))
         return {"messages": [repaired, answer], "jump_to": "end"}

@@ -41,6 +41,7 @@ __all__ = [
     "DatabaseConfig",
     "DatabaseKeepalivesConfig",
     "DatabasePoolConfig",
+    "ClarificationConfig",
     "DynamicContextConfig",
     "ExtensionMiddlewareConfig",
     "ExtensionsConfig",
@@ -819,6 +820,17 @@ class VerificationConfig(_Section):
     receipt_ledger_max_chars: int = Field(default=2_000, ge=200)
 
 
+class ClarificationConfig(_Section):
+    """ClarificationMiddleware (40): how ``ask_clarification`` pauses the run.
+
+    ``interrupt`` (default): a LangGraph interrupt that Studio and the SDK
+    resume with ``Command(resume=<answer>)``. ``end``: the spec's
+    ``Command(goto=END)`` form; the next user message is the answer.
+    """
+
+    mode: Literal["interrupt", "end"] = "interrupt"
+
+
 class SafetyFinishReasonConfig(_Section):
     """SafetyFinishReasonMiddleware (off by default)."""
 
@@ -861,6 +873,7 @@ class Settings(_Section):
     llm_error_handling: LLMErrorHandlingConfig = Field(default_factory=LLMErrorHandlingConfig)
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
+    clarification: ClarificationConfig = Field(default_factory=ClarificationConfig)
 
     @field_validator("models")
     @classmethod

@@ -10,6 +10,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 from middlewares.clarification import (
     MAX_FIELDS,
@@ -19,7 +20,7 @@ from middlewares.clarification import (
 )
 from runtime.state import ThreadState
 from tests.support.strict_provider import StrictRecordingModel, check_strict_request
-from tools.clarification import ask_clarification
+from tools.clarification import ask_clarification, for_clarification_mode
 
 RAN: list[str] = []
 
@@ -31,12 +32,12 @@ async def side_effect(text: str) -> str:
     return f"ran {text}"
 
 
-def _agent(script: list[dict[str, Any]]) -> tuple[Any, StrictRecordingModel]:
+def _agent(script: list[dict[str, Any]], mode: str = "end") -> tuple[Any, StrictRecordingModel]:
     model = StrictRecordingModel.model_validate({"script": script})
     agent = create_agent(
         model,
-        [ask_clarification, side_effect],
-        middleware=[ClarificationMiddleware()],
+        [for_clarification_mode(ask_clarification, mode), side_effect],
+        middleware=[ClarificationMiddleware(mode=mode)],
         state_schema=ThreadState,
         checkpointer=InMemorySaver(),
     )
@@ -182,7 +183,7 @@ def test_garbage_arguments_never_raise() -> None:
 
 
 async def test_pauses_through_the_assembled_fused_lead_chain(tmp_path: Any) -> None:
-    """The real lead graph (fused chain, default tools) ends the run at the question."""
+    """The real lead graph (fused chain, default config) interrupts at the question."""
     from graphs.lead_agent import build_lead_agent
     from runtime.config import load_settings
     from tests.support.scripted import write_config
@@ -193,7 +194,7 @@ async def test_pauses_through_the_assembled_fused_lead_chain(tmp_path: Any) -> N
             tmp_path,
             [
                 {"tool_calls": [{"name": "side_effect", "args": {"text": "early"}}, ASK]},
-                {"content": "no"},
+                {"content": "Exporting as CSV."},
             ],
             tools=[
                 {"name": "side_effect", "use": f"{__name__}:side_effect"},
@@ -201,8 +202,130 @@ async def test_pauses_through_the_assembled_fused_lead_chain(tmp_path: Any) -> N
             ],
         )
     )
-    graph = build_lead_agent(settings, {"configurable": {"thread_id": "fused-1"}})
-    result = await graph.ainvoke({"messages": [HumanMessage("export it")]})
+    config = {"configurable": {"thread_id": "fused-1"}}
+    graph = build_lead_agent(settings, config)
+    graph.checkpointer = InMemorySaver()
+    result = await graph.ainvoke({"messages": [HumanMessage("export it")]}, config)
     assert RAN == []
-    last = result["messages"][-1]
-    assert isinstance(last, ToolMessage) and last.artifact["human_input"]["version"] == 1
+    (pending,) = result["__interrupt__"]
+    assert pending.value[0]["human_input"]["version"] == 1
+    resumed = await graph.ainvoke(Command(resume="CSV"), config)
+    assert RAN == []  # the sibling was dropped, not deferred
+    answer = next(m for m in resumed["messages"] if isinstance(m, ToolMessage))
+    assert (
+        answer.text == "CSV" and answer.additional_kwargs["human_input_response"]["text"] == "CSV"
+    )
+    assert resumed["messages"][-1].content == "Exporting as CSV."
+
+
+async def test_interrupt_carries_both_shapes_and_resume_answers_the_call() -> None:
+    """Issue 19: the interrupt value is Agent Chat UI's shape with the spec's payload."""
+    RAN.clear()
+    agent, model = _agent(
+        [
+            {"tool_calls": [{"name": "side_effect", "args": {"text": "early"}}, ASK]},
+            {"content": "Using JSON."},
+        ],
+        mode="interrupt",
+    )
+    config = {"configurable": {"thread_id": "i1"}}
+    first = await agent.ainvoke({"messages": [HumanMessage("export it")]}, config)
+    (pending,) = first["__interrupt__"]
+    (card,) = pending.value
+    assert card["action_request"] == {
+        "action": "ask_clarification",
+        "args": {"question": "Which format?", "options": ["CSV", "csv", "JSON"]},
+    }
+    assert card["config"]["allow_respond"] is True and card["config"]["allow_accept"] is False
+    assert "1. CSV" in card["description"]
+    assert (
+        card["human_input"]["version"] == 1 and card["human_input"]["mode"] == "choice_with_other"
+    )
+    state = await agent.aget_state(config)
+    assert state.next == ("tools",) and state.tasks[0].interrupts
+    # Agent Chat UI answers with a list of {"type": "response", "args": ...}.
+    done = await agent.ainvoke(Command(resume=[{"type": "response", "args": "JSON"}]), config)
+    assert RAN == []
+    ai = next(m for m in done["messages"] if isinstance(m, AIMessage) and m.tool_calls)
+    assert [c["name"] for c in ai.tool_calls] == ["ask_clarification"], "sibling dropped"
+    answer = next(m for m in done["messages"] if isinstance(m, ToolMessage))
+    assert answer.text == "JSON"
+    response = answer.additional_kwargs["human_input_response"]
+    assert response == {
+        "source": "ask_clarification",
+        "version": 1,
+        "response_kind": "option",
+        "text": "JSON",
+    }
+    assert done["messages"][-1].content == "Using JSON."
+    last = model.requests[-1]
+    assert isinstance(last[-1], ToolMessage) and last[-1].text == "JSON"
+    assert check_strict_request(last) == []
+
+
+async def test_a_new_message_instead_of_a_resume_is_the_answer() -> None:
+    agent, model = _agent([{"tool_calls": [ASK]}, {"content": "Got it."}], mode="interrupt")
+    config = {"configurable": {"thread_id": "i2"}}
+    await agent.ainvoke({"messages": [HumanMessage("export it")]}, config)
+    done = await agent.ainvoke({"messages": [HumanMessage("CSV please")]}, config)
+    assert done["messages"][-1].content == "Got it."
+    kinds = [type(m).__name__ for m in done["messages"]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage", "AIMessage"]
+    assert done["messages"][2].artifact["human_input"]["question"] == "Which format?"
+    assert check_strict_request(model.requests[-1]) == []
+    assert model.requests[-1][-1].text == "CSV please"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("  yes ", "yes"),
+        ({"type": "response", "args": "a"}, "a"),
+        ([{"type": "response", "args": "b"}], "b"),
+        ({"answer": "c"}, "c"),
+        ({"type": "ignore", "args": None}, None),
+        ("", None),
+        (None, None),
+        (12, None),
+        ([1, 2], None),
+    ],
+)
+def test_resume_values_are_parsed_or_refused(value: Any, expected: str | None) -> None:
+    from middlewares.clarification import parse_clarification_answer
+
+    response = parse_clarification_answer(value, {"question": "q"})
+    assert (response or {}).get("text") == expected
+
+
+async def test_ignored_question_tells_the_model_nobody_answered() -> None:
+    agent, model = _agent([{"tool_calls": [ASK]}, {"content": "Assuming CSV."}], mode="interrupt")
+    config = {"configurable": {"thread_id": "i3"}}
+    await agent.ainvoke({"messages": [HumanMessage("export it")]}, config)
+    done = await agent.ainvoke(Command(resume={"type": "ignore", "args": None}), config)
+    answer = next(m for m in done["messages"] if isinstance(m, ToolMessage))
+    assert "did not answer" in answer.text
+    assert "human_input_response" not in answer.additional_kwargs
+    assert done["messages"][-1].content == "Assuming CSV."
+
+
+async def test_malformed_question_interrupts_in_interrupt_mode() -> None:
+    script: list[dict[str, Any]] = [
+        {
+            "tool_calls": [],
+            "invalid_tool_calls": [
+                {"name": "ask_clarification", "args": '{"question": "Which year?"', "id": "bad2"}
+            ],
+        },
+        {"content": "2024 it is."},
+    ]
+    agent, _ = _agent(script, mode="interrupt")
+    config = {"configurable": {"thread_id": "i4"}}
+    first = await agent.ainvoke({"messages": [HumanMessage("go")]}, config)
+    assert first["__interrupt__"][0].value[0]["human_input"]["mode"] == "free_text"
+    done = await agent.ainvoke(Command(resume="2024"), config)
+    assert done["messages"][-1].content == "2024 it is."
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="clarification.mode"):
+        ClarificationMiddleware(mode="pause")

@@ -298,7 +298,7 @@ def test_resume_values_are_parsed_or_refused(value: Any, expected: str | None) -
 
 
 async def test_ignored_question_tells_the_model_nobody_answered() -> None:
-    agent, model = _agent([{"tool_calls": [ASK]}, {"content": "Assuming CSV."}], mode="interrupt")
+    agent, _ = _agent([{"tool_calls": [ASK]}, {"content": "Assuming CSV."}], mode="interrupt")
     config = {"configurable": {"thread_id": "i3"}}
     await agent.ainvoke({"messages": [HumanMessage("export it")]}, config)
     done = await agent.ainvoke(Command(resume={"type": "ignore", "args": None}), config)
@@ -327,5 +327,5 @@ async def test_malformed_question_interrupts_in_interrupt_mode() -> None:
 
 
 def test_unknown_mode_is_refused() -> None:
-    with pytest.raises(ValueError, match="clarification.mode"):
+    with pytest.raises(ValueError, match=r"clarification\.mode"):
         ClarificationMiddleware(mode="pause")

@@ -16,6 +16,7 @@ from middlewares.chain import (
     ChainInputs,
     build_middlewares,
     build_subagent_runtime_middlewares,
+    subagent_type_of,
 )
 from runtime.config import Settings
 from runtime.models import create_chat_model, resolve_model_name
@@ -49,7 +50,11 @@ def build_agent(
     thinking = bool(effective["thinking_enabled"]) and resolved.entry.supports_thinking
     model = create_chat_model(resolved.entry, thinking_enabled=thinking)
     inputs = ChainInputs(
-        settings=settings, options=options, model=resolved.entry, effective=effective
+        settings=settings,
+        options=options,
+        model=resolved.entry,
+        effective=effective,
+        subagent_type=subagent_type_of(config) if kind == "subagent" else None,
     )
     if kind == "lead_agent":
         middleware = build_middlewares(inputs, custom_middlewares=custom_middlewares)

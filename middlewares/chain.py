@@ -67,7 +67,7 @@ from middlewares.tool_result_sanitization import ToolResultSanitizationMiddlewar
 from middlewares.uploads import UploadsMiddleware
 from runtime.config import ConfigError, ModelConfig, Settings
 from runtime.models import create_chat_model, resolve_model_name
-from runtime.run_options import RunOptions, resolve_run_options
+from runtime.run_options import RunOptions, merged_run_config, resolve_run_options
 from subagents.limits import resolve_subagent_limits
 
 __all__ = [
@@ -84,6 +84,7 @@ __all__ = [
     "build_middlewares",
     "build_subagent_runtime_middlewares",
     "describe_chain",
+    "subagent_type_of",
 ]
 
 Condition = Callable[["ChainInputs"], bool]
@@ -106,6 +107,8 @@ class ChainInputs:
     model: ModelConfig
     effective: dict[str, Any] = field(default_factory=dict)
     scope: AgentScope = AgentScope.LEAD
+    subagent_type: str | None = None
+    """The delegated run's type (``configurable.subagent_type``), for subagent builds."""
 
     @classmethod
     def from_config(
@@ -119,7 +122,12 @@ class ChainInputs:
         model = resolve_model_name(settings, options.model_name).entry
         effective = options.effective(subagents_default=settings.subagents.enabled)
         return cls(
-            settings=settings, options=options, model=model, effective=effective, scope=scope
+            settings=settings,
+            options=options,
+            model=model,
+            effective=effective,
+            scope=scope,
+            subagent_type=subagent_type_of(config),
         )
 
     def for_scope(self, scope: AgentScope) -> ChainInputs:
@@ -138,7 +146,9 @@ class ChainInputs:
         max_tokens = self.setting("token_budget", "max_tokens_per_run", None)
         subagents = None
         if self.scope is AgentScope.LEAD and self.switch("subagent_enabled"):
-            subagents = self.setting("subagents", "max_total_per_run", 6)
+            # The run's override and the clamp, as SubagentLimit enforces it (spec 31).
+            limits = resolve_subagent_limits(self.settings.subagents, self.options)
+            subagents = limits.max_total_per_run
         return HostPolicySnapshot(
             token_budget_enabled=budget_on,
             max_tokens_per_run=max_tokens if budget_on else None,
@@ -146,9 +156,13 @@ class ChainInputs:
         )
 
     def build_context(self) -> AgentBuildContext:
+        agent_name = self.options.agent_name
+        if self.scope is AgentScope.SUBAGENT:
+            # A subagent is named by its type (the run's ``subagent_type``), spec 004.
+            agent_name = self.subagent_type or agent_name or "subagent"
         return AgentBuildContext(
             scope=self.scope,
-            agent_name=self.options.agent_name,
+            agent_name=agent_name,
             model_name=self.model.name,
             policy=self.policy(),
         )
@@ -179,6 +193,12 @@ class ChainMember:
     middleware: AgentMiddleware[Any, Any]
     kind: str = "builtin"
     origin: str | None = None
+
+
+def subagent_type_of(config: RunnableConfig | None) -> str | None:
+    """The delegated run's ``subagent_type`` (set by the executor), or None."""
+    value = merged_run_config(config).get("subagent_type")
+    return value if isinstance(value, str) and value else None
 
 
 def _enabled(section: str, default: bool) -> Condition:

@@ -355,3 +355,20 @@ def test_sync_invocation_uses_the_supplied_pass_through(tmp_path: Path, use_conf
     result = graph.invoke({"messages": [HumanMessage("go")]})
     assert result["messages"][-1].content == "done"
     assert EXECUTIONS == ["one", "two"]
+
+
+async def test_build_context_honours_the_run_override_and_names_subagents(
+    tmp_path: Path, use_config: Any
+) -> None:
+    """Issue 19.6: max_subagents_per_run is the run's clamped override; subagents are named."""
+    use_config(_config(tmp_path, [{"kind": "StateObserver", "placement": "STANDARD"}]))
+    build_lead_agent(get_settings(), {"configurable": {"max_total_subagents": 3}})
+    recorder = _recorder()
+    assert recorder.contexts[-1].policy.max_subagents_per_run == 3
+    build_lead_agent(get_settings(), {"configurable": {"max_total_subagents": 500}})
+    assert recorder.contexts[-1].policy.max_subagents_per_run == 50  # clamped 1-50
+    build_subagent(get_settings(), {"configurable": {"subagent_type": "general-purpose"}})
+    assert recorder.contexts[-1].scope is AgentScope.SUBAGENT
+    assert recorder.contexts[-1].agent_name == "general-purpose"
+    build_subagent(get_settings(), {})
+    assert recorder.contexts[-1].agent_name == "subagent"

@@ -43,13 +43,15 @@ def collect_contributions(
             )
             continue
         for item in items:
-            if not isinstance(item, MiddlewarePlacement):
+            problem = item.problem() if isinstance(item, MiddlewarePlacement) else "not a placement"
+            if problem is not None:
                 logger.warning(
                     "Extension %s: %s.contribute_middlewares returned %s, not a valid "
-                    "MiddlewarePlacement; the item was skipped",
+                    "MiddlewarePlacement (%s); the item was skipped",
                     registered.entry_point,
                     label,
                     type(item).__name__,
+                    problem,
                 )
                 continue
             if item.scope & ctx.scope:

@@ -49,8 +49,10 @@ class AgentScope(enum.Flag):
 class MiddlewarePlacement:
     """One contribution: a middleware instance and where it needs to sit.
 
-    Construction validates every field, so an invalid contribution fails where
-    it is written, not deep inside agent assembly.
+    Construction never raises, so one bad item cannot cost a contributor its
+    other contributions: the host checks each item (``problem()``) and skips
+    an invalid one with a diagnostic (the failure table of the extension
+    contract). Call ``validate()`` in your own tests to fail where it is written.
     """
 
     middleware: AgentMiddleware[Any, Any]
@@ -58,20 +60,27 @@ class MiddlewarePlacement:
     scope: AgentScope = AgentScope.BOTH
     order: int = 0
 
-    def __post_init__(self) -> None:
+    def problem(self) -> str | None:
+        """Why this item is not a valid contribution, or None when it is."""
         if not isinstance(self.middleware, AgentMiddleware):
-            raise TypeError(
+            return (
                 f"MiddlewarePlacement.middleware must be an AgentMiddleware instance, "
                 f"got {type(self.middleware).__name__}"
             )
         if not isinstance(self.placement, Placement):
-            raise TypeError(
-                f"MiddlewarePlacement.placement must be a Placement, got {self.placement!r}"
-            )
+            return f"MiddlewarePlacement.placement must be a Placement, got {self.placement!r}"
         if not isinstance(self.scope, AgentScope) or not (self.scope & AgentScope.BOTH):
-            raise TypeError(f"MiddlewarePlacement.scope must be an AgentScope, got {self.scope!r}")
+            return f"MiddlewarePlacement.scope must be an AgentScope, got {self.scope!r}"
         if isinstance(self.order, bool) or not isinstance(self.order, int):
-            raise TypeError(f"MiddlewarePlacement.order must be an int, got {self.order!r}")
+            return f"MiddlewarePlacement.order must be an int, got {self.order!r}"
+        return None
+
+    def validate(self) -> MiddlewarePlacement:
+        """``self`` if valid; raises ``TypeError`` naming the bad field otherwise."""
+        problem = self.problem()
+        if problem is not None:
+            raise TypeError(problem)
+        return self
 
 
 @dataclass(frozen=True)

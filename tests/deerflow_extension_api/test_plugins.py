@@ -158,7 +158,13 @@ def test_contributor_failures_are_logged_and_skipped(
     junk = inputs_for(tmp_path, plugins=_plugin(EVERY_PLACEMENT[:1], junk_item=True))
     names = [m.name for m in describe_chain(junk)]
     assert names[0] == f"{PREFIX}ToolObserver_0"
-    assert "returned str, not a valid MiddlewarePlacement; the item was skipped" in caplog.text
+    assert "returned str, not a valid MiddlewarePlacement" in caplog.text
+    assert "the item was skipped" in caplog.text
+    # Issue 19.6: an invalid MiddlewarePlacement drops only that item, not the contributor.
+    invalid = inputs_for(tmp_path, plugins=_plugin(EVERY_PLACEMENT[:1], invalid_placement=True))
+    names = [m.name for m in describe_chain(invalid)]
+    assert names[0] == f"{PREFIX}ToolObserver_0"
+    assert "MiddlewarePlacement.middleware must be an AgentMiddleware instance" in caplog.text
 
 
 def test_plugin_and_configured_middleware_errors_name_the_entry(tmp_path: Path) -> None:

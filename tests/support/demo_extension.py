@@ -224,6 +224,8 @@ class DemoContributor:
             )
         if self.config.get("junk_item"):
             items.insert(0, "not a placement")
+        if self.config.get("invalid_placement"):
+            items.insert(0, MiddlewarePlacement("not a middleware", Placement.STANDARD))  # type: ignore[arg-type]
         return items
 
 

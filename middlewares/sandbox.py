@@ -8,7 +8,10 @@
   provider still holds it for this user and thread, else ``acquire``), binds
   it for the call, and when the id is new, persists it to state through the
   tool result's ``Command`` (a tool cannot write state by mutating it).
-  Acquisition failures become an error ``ToolMessage``.
+  Acquisition failures become an error ``ToolMessage`` that carries its own
+  ``deerflow_tool_meta`` (``transient``, source ``sandbox``) and, with receipts
+  on, its own receipt: this short-circuit sits outer of ToolReceipt and
+  ToolErrorHandling, so neither would see it and the ledger would gap.
 - ``after_agent``: releases the run's sandbox (the provider may keep it warm).
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -26,6 +30,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from auth.identity import resolve_runtime_user_id
+from middlewares.tool_receipt import RECEIPT_KEY, make_receipt
+from middlewares.tool_result_meta import normalize_tool_result
 from runtime.config import Settings
 from runtime.state import ThreadState
 from sandbox.base import SandboxError, SandboxProvider
@@ -46,13 +52,34 @@ logger = logging.getLogger(__name__)
 ToolResult = ToolMessage | Command[Any]
 
 
-def _error_message(request: ToolCallRequest, text: str) -> ToolMessage:
-    return ToolMessage(
-        content=f"Error: {text}",
-        tool_call_id=request.tool_call.get("id") or "",
-        name=request.tool_call.get("name"),
-        status="error",
+def _error_message(
+    request: ToolCallRequest,
+    text: str,
+    *,
+    error_type: str = "transient",
+    receipts: bool = False,
+) -> ToolMessage:
+    """A self-stamped error result (meta, and a receipt when receipts are on)."""
+    message = normalize_tool_result(
+        ToolMessage(
+            content=f"Error: {text}",
+            tool_call_id=request.tool_call.get("id") or "",
+            name=request.tool_call.get("name"),
+            status="error",
+        ),
+        source="sandbox",
+        error_type=error_type,
     )
+    if not receipts:
+        return message
+    receipt = make_receipt(
+        message,
+        tool_name=str(request.tool_call.get("name") or "tool"),
+        args=request.tool_call.get("args"),
+        timestamp=datetime.now(UTC),
+    )
+    kwargs = {**(message.additional_kwargs or {}), RECEIPT_KEY: receipt}
+    return message.model_copy(update={"additional_kwargs": kwargs})
 
 
 def _with_sandbox_id(result: ToolResult, sandbox_id: str) -> ToolResult:
@@ -85,6 +112,7 @@ class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
         self._settings = settings
         self.lazy_init = settings.sandbox.lazy_init if lazy_init is None else lazy_init
         self._provider = provider
+        self._receipts = settings.verification.receipts_enabled
 
     @property
     def provider(self) -> SandboxProvider:
@@ -123,7 +151,10 @@ class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
         if not is_sandbox_tool(request.tool):
             return handler(request)
         return _error_message(
-            request, "sandbox tools run only when the agent is executed asynchronously"
+            request,
+            "sandbox tools run only when the agent is executed asynchronously",
+            error_type="unsupported",
+            receipts=self._receipts,
         )
 
     async def awrap_tool_call(
@@ -138,7 +169,9 @@ class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
                 self._settings, request.state, request.runtime, provider=self.provider
             )
         except SandboxError as exc:
-            return _error_message(request, f"the sandbox is unavailable: {exc}")
+            return _error_message(
+                request, f"the sandbox is unavailable: {exc}", receipts=self._receipts
+            )
         with bind_sandbox(binding):
             result = await handler(request)
         if binding.needs_persist:

@@ -106,6 +106,13 @@ async def test_unavailable_sandbox_becomes_an_error_tool_message(tmp_path: Path)
         "Error: the sandbox is unavailable: no sandbox capacity left (test provider)"
     )
     assert result["messages"][-1].content == "I could not use the sandbox."
+    # Issue 19.6: the short-circuit is stamped like every other result, and receipted.
+    meta = message.additional_kwargs["deerflow_tool_meta"]
+    assert meta["status"] == "error" and meta["error_type"] == "transient"
+    assert meta["source"] == "sandbox"
+    receipt = message.additional_kwargs["deerflow_tool_receipt"]
+    assert receipt["tool"] == "ls" and receipt["status"] == "error"
+    assert receipt["tool_call_id"] == message.tool_call_id
 
 
 def test_sync_execution_refuses_sandbox_tools_cleanly(tmp_path: Path) -> None:

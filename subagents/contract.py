@@ -14,6 +14,7 @@ __all__ = [
     "DELEGATION_STATUSES",
     "KEY_CHILD_RUN_ID",
     "KEY_CHILD_THREAD_ID",
+    "KEY_CITATIONS",
     "KEY_ERROR",
     "KEY_EXECUTION",
     "KEY_MODEL_NAME",
@@ -52,6 +53,7 @@ KEY_TASK_ID = "subagent_task_id"
 KEY_EXECUTION = "subagent_execution"
 KEY_CHILD_THREAD_ID = "subagent_child_thread_id"
 KEY_CHILD_RUN_ID = "subagent_child_run_id"
+KEY_CITATIONS = "subagent_citations"
 
 
 class TokenUsage(TypedDict):

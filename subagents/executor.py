@@ -43,6 +43,7 @@ from subagents.messages import (
     message_text,
     stop_reason_of,
     sum_token_usage,
+    terminal_citations,
     tool_call_names,
 )
 from subagents.results import TaskOutcome
@@ -548,4 +549,5 @@ async def execute_task(
         token_usage=sum_token_usage(track.messages),
         child_thread_id=track.child_thread_id,
         child_run_id=track.child_run_id,
+        citations=terminal_citations(track.messages) if status == "completed" else None,
     )

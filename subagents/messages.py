@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from middlewares._text import content_text
 from middlewares.llm_error_handling import LLM_ERROR_KEY
 from middlewares.terminal_response import RUN_OUTCOME_KEY
+from middlewares.tool_receipt import read_ledger_snapshot, verify_citations
 from subagents.contract import STOP_REASONS, StopReason, TokenUsage
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "message_text",
     "stop_reason_of",
     "sum_token_usage",
+    "terminal_citations",
     "tool_call_names",
 ]
 
@@ -133,3 +135,18 @@ def sum_token_usage(messages: Iterable[Any] | Any) -> TokenUsage | None:
         output_tokens=totals["output_tokens"],
         total_tokens=totals["total_tokens"],
     )
+
+
+def terminal_citations(messages: Any) -> dict[str, Any] | None:
+    """Receipt citations of the final answer, checked against the ledger that turn saw.
+
+    The citing turn is the last AI message with text; its ``deerflow_receipt_ledger``
+    snapshot names the receipts it was shown (spec 15). None when it cites nothing.
+    """
+    for message in reversed(ai_messages(messages)):
+        text = message_text(message).strip()
+        if not text:
+            continue
+        report = verify_citations(text, read_ledger_snapshot(message), list(messages))
+        return report if report["citations"] else None
+    return None

@@ -16,6 +16,7 @@ from langchain_core.messages import ToolMessage
 from subagents.contract import (
     KEY_CHILD_RUN_ID,
     KEY_CHILD_THREAD_ID,
+    KEY_CITATIONS,
     KEY_ERROR,
     KEY_EXECUTION,
     KEY_MODEL_NAME,
@@ -66,6 +67,8 @@ class TaskOutcome:
     token_usage: TokenUsage | None = None
     child_thread_id: str | None = None
     child_run_id: str | None = None
+    citations: dict[str, Any] | None = None
+    """Receipt citations of the terminal answer, verified against the ledger it saw."""
 
     def text(self) -> str:
         """The model-visible result: the status first, then the result or error."""
@@ -107,6 +110,8 @@ class TaskOutcome:
             payload[KEY_CHILD_THREAD_ID] = self.child_thread_id
         if self.child_run_id:
             payload[KEY_CHILD_RUN_ID] = self.child_run_id
+        if self.citations and self.citations.get("citations"):
+            payload[KEY_CITATIONS] = self.citations
         return payload
 
     def tool_message(self) -> ToolMessage:

@@ -46,7 +46,14 @@ from middlewares.tool_call_args import pair_tool_call_results, rewrite_tool_call
 from middlewares.tool_output_synopsis import describe_output, head_tail, render_synopsis
 from middlewares.tool_transform_meta import append_tool_transform
 from runtime.config import Settings, ToolOutputConfig
-from runtime.paths import VIRTUAL_OUTPUTS, thread_paths
+from runtime.paths import (
+    TOOL_RESULTS_DIRNAME,
+    VIRTUAL_OUTPUTS,
+    is_internal_output_path,
+    thread_paths,
+)
+from sandbox.base import Sandbox, SandboxError, SandboxProvider
+from sandbox.session import resolve_binding
 
 __all__ = [
     "TOOL_OUTPUT_KEY",
@@ -60,17 +67,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-TOOL_RESULTS_DIRNAME = ".tool-results"
 TOOL_OUTPUT_KEY = "deerflow_tool_output"
 _WRITE_TOOLS = ("write_file",)
 _SUPERSEDING_TOOLS = ("read_file", "write_file", "str_replace")
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def is_internal_output_path(relative: str, storage_subdir: str = TOOL_RESULTS_DIRNAME) -> bool:
-    """Whether an outputs-relative path is budget storage (skipped by delivery scans)."""
-    first = relative.replace("\\", "/").lstrip("/").split("/", 1)[0]
-    return first == storage_subdir.split("/", 1)[0]
 
 
 def tool_output_filename(tool_name: str, tool_call_id: str | None, text: str, ext: str) -> str:
@@ -93,12 +93,55 @@ class ExternalizedOutput:
     """Where a full output was saved, and its synopsis."""
 
     virtual_path: str
-    host_path: Path
+    host_path: Path | None
+    """None when it was written through the sandbox (not on this host)."""
     chars: int
     bytes: int
     kind: str
     records: int | None
     synopsis: str
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    filename: str
+    data: bytes
+    virtual_path: str
+    shape: Any
+
+
+def _prepare(
+    text: str, *, tool_name: str, tool_call_id: str | None, config: ToolOutputConfig
+) -> _Prepared:
+    shape = describe_output(text)
+    filename = tool_output_filename(tool_name, tool_call_id, text, shape.extension)
+    virtual = f"{VIRTUAL_OUTPUTS}/{config.storage_subdir}/{filename}"
+    return _Prepared(filename, text.encode("utf-8"), virtual, shape)
+
+
+def _saved(
+    text: str, prepared: _Prepared, config: ToolOutputConfig, host_path: Path | None, tool: str
+) -> ExternalizedOutput:
+    synopsis = render_synopsis(
+        text,
+        tool_name=tool,
+        shape=prepared.shape,
+        head_chars=config.head_chars,
+        tail_chars=config.tail_chars,
+        virtual_path=prepared.virtual_path,
+        total_bytes=len(prepared.data),
+    )
+    count = prepared.shape.count
+    records = count.records if count is not None else None
+    return ExternalizedOutput(
+        prepared.virtual_path,
+        host_path,
+        len(text),
+        len(prepared.data),
+        prepared.shape.kind,
+        records,
+        synopsis,
+    )
 
 
 def externalize_output(
@@ -114,12 +157,11 @@ def externalize_output(
     Blocking: call off the event loop. Raises ``OSError`` or
     ``UnicodeEncodeError`` when the output cannot be saved.
     """
-    shape = describe_output(text)
-    filename = tool_output_filename(tool_name, tool_call_id, text, shape.extension)
-    data = text.encode("utf-8")
+    prepared = _prepare(text, tool_name=tool_name, tool_call_id=tool_call_id, config=config)
+    data = prepared.data
     directory = outputs_dir / config.storage_subdir
     directory.mkdir(parents=True, exist_ok=True)
-    final = directory / filename
+    final = directory / prepared.filename
     if not (final.is_file() and final.stat().st_size == len(data)):
         temp = directory / f".tool-output-{uuid.uuid4().hex}.tmp"
         created = False
@@ -132,18 +174,26 @@ def externalize_output(
             if created:
                 temp.unlink(missing_ok=True)
             raise
-    virtual = f"{VIRTUAL_OUTPUTS}/{config.storage_subdir}/{filename}"
-    synopsis = render_synopsis(
-        text,
-        tool_name=tool_name,
-        shape=shape,
-        head_chars=config.head_chars,
-        tail_chars=config.tail_chars,
-        virtual_path=virtual,
-        total_bytes=len(data),
-    )
-    records = shape.count.records if shape.count is not None else None
-    return ExternalizedOutput(virtual, final, len(text), len(data), shape.kind, records, synopsis)
+    return _saved(text, prepared, config, final, tool_name)
+
+
+async def externalize_output_to_sandbox(
+    text: str,
+    *,
+    tool_name: str,
+    tool_call_id: str | None,
+    sandbox: Sandbox,
+    config: ToolOutputConfig,
+) -> ExternalizedOutput:
+    """Save ``text`` through the sandbox's file API (where ``read_file`` will look).
+
+    For providers whose files are not the host's (Kubernetes pods): the output
+    must land where the agent's ``read_file`` runs. Raises ``SandboxError``,
+    ``OSError`` or ``UnicodeEncodeError`` when it cannot be saved.
+    """
+    prepared = _prepare(text, tool_name=tool_name, tool_call_id=tool_call_id, config=config)
+    await sandbox.upload_bytes(prepared.virtual_path, prepared.data)
+    return _saved(text, prepared, config, None, tool_name)
 
 
 def _thread_id_from(config: Any) -> str | None:
@@ -190,14 +240,25 @@ def _normalize_path(value: Any) -> str | None:
 class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
     """Keep oversized tool output out of state and model requests (see module docs)."""
 
-    def __init__(self, config: ToolOutputConfig, *, data_root: Path) -> None:
+    def __init__(
+        self,
+        config: ToolOutputConfig,
+        *,
+        data_root: Path,
+        settings: Settings | None = None,
+        provider: SandboxProvider | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.data_root = data_root
+        # With settings, outputs go through the run's sandbox when its files
+        # are not this host's (spec 2: readable where read_file runs).
+        self._settings = settings
+        self._provider = provider
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolOutputBudgetMiddleware:
-        return cls(settings.tool_output, data_root=settings.data_root_path())
+        return cls(settings.tool_output, data_root=settings.data_root_path(), settings=settings)
 
     def release_policy_parameters(self) -> dict[str, Any]:
         return self.config.model_dump(mode="json")
@@ -224,13 +285,27 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
         )
 
     def _budget_message(
-        self, message: ToolMessage, outputs_dir: Path | None, *, tool_side: bool
+        self,
+        message: ToolMessage,
+        outputs_dir: Path | None,
+        *,
+        tool_side: bool,
+        written: ExternalizedOutput | str | None = None,
     ) -> ToolMessage:
-        """Externalise one oversized message; fall back inline on failure."""
+        """Externalise one oversized message; fall back inline on failure.
+
+        ``written``: the output already saved through the sandbox, or why it
+        could not be (a reason string); None means "save on the host".
+        """
         text = tool_message_text(message)
         tool_name = message.name or "tool"
         reason: str
-        if outputs_dir is None:
+        saved: ExternalizedOutput | None = None
+        if isinstance(written, ExternalizedOutput):
+            saved = written
+        elif isinstance(written, str):
+            reason = written
+        elif outputs_dir is None:
             reason = "no thread is known for this run"
         else:
             try:
@@ -246,24 +321,24 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
                 logger.warning(
                     "tool output budget: cannot save output of %s: %s", tool_name, reason
                 )
-            else:
-                budgeted = _replace_text(message, saved.synopsis)
-                if tool_side:
-                    kwargs = dict(budgeted.additional_kwargs or {})
-                    kwargs[TOOL_OUTPUT_KEY] = {
-                        "virtual_path": saved.virtual_path,
-                        "chars": saved.chars,
-                        "bytes": saved.bytes,
-                        "kind": saved.kind,
-                        "records": saved.records,
-                    }
-                    budgeted = budgeted.model_copy(update={"additional_kwargs": kwargs})
-                return append_tool_transform(
-                    budgeted,
-                    kind="externalize",
-                    producer=self.name,
-                    details={"virtual_path": saved.virtual_path, "chars": saved.chars},
-                )
+        if saved is not None:
+            budgeted = _replace_text(message, saved.synopsis)
+            if tool_side:
+                kwargs = dict(budgeted.additional_kwargs or {})
+                kwargs[TOOL_OUTPUT_KEY] = {
+                    "virtual_path": saved.virtual_path,
+                    "chars": saved.chars,
+                    "bytes": saved.bytes,
+                    "kind": saved.kind,
+                    "records": saved.records,
+                }
+                budgeted = budgeted.model_copy(update={"additional_kwargs": kwargs})
+            return append_tool_transform(
+                budgeted,
+                kind="externalize",
+                producer=self.name,
+                details={"virtual_path": saved.virtual_path, "chars": saved.chars},
+            )
         return self._inline_fallback(message, text, reason, tool_side=tool_side)
 
     def _inline_fallback(
@@ -339,7 +414,63 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
         result = await handler(request)
         if not self.config.enabled or not self._needs_tool_budget(request, result):
             return result
+        sandbox = await self._remote_sandbox(request)
+        if sandbox is not None:
+            return await self._apply_sandbox_budget(request, result, sandbox)  # type: ignore[no-any-return]
         return await asyncio.to_thread(self._apply_tool_budget, request, result)  # type: ignore[no-any-return]
+
+    async def _remote_sandbox(self, request: ToolCallRequest) -> Sandbox | str | None:
+        """The run's sandbox when its files are not this host's; a reason when it is unavailable.
+
+        None: the host's thread directory is where ``read_file`` looks (the local
+        provider), so the host write is right.
+        """
+        if self._settings is None:
+            return None
+        try:
+            binding = await resolve_binding(
+                self._settings, request.state, request.runtime, provider=self._provider
+            )
+        except SandboxError as exc:
+            return f"the sandbox is unavailable: {exc}"
+        return None if binding.sandbox.shares_host_user_data else binding.sandbox
+
+    async def _apply_sandbox_budget(
+        self, request: ToolCallRequest, result: Any, sandbox: Sandbox | str
+    ) -> Any:
+        call_id = request.tool_call.get("id")
+        pending: list[ToolMessage] = []
+
+        def collect(message: ToolMessage) -> ToolMessage:
+            if self._over_budget(message):
+                pending.append(message)
+            return message
+
+        map_tool_messages(result, collect, tool_call_id=call_id)
+        written: dict[int, ExternalizedOutput | str] = {}
+        for message in pending:
+            if isinstance(sandbox, str):
+                written[id(message)] = sandbox
+                continue
+            try:
+                written[id(message)] = await externalize_output_to_sandbox(
+                    tool_message_text(message),
+                    tool_name=message.name or "tool",
+                    tool_call_id=message.tool_call_id,
+                    sandbox=sandbox,
+                    config=self.config,
+                )
+            except (SandboxError, OSError, UnicodeError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                logger.warning("tool output budget: cannot save output in the sandbox: %s", reason)
+                written[id(message)] = reason
+
+        def budget(message: ToolMessage) -> ToolMessage:
+            if id(message) not in written:
+                return message
+            return self._budget_message(message, None, tool_side=True, written=written[id(message)])
+
+        return map_tool_messages(result, budget, tool_call_id=call_id)
 
     # --- model side -----------------------------------------------------------
 

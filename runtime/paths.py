@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "TOOL_RESULTS_DIRNAME",
     "VIRTUAL_OUTPUTS",
     "VIRTUAL_SKILLS",
     "VIRTUAL_UPLOADS",
     "VIRTUAL_USER_DATA",
     "VIRTUAL_WORKSPACE",
     "ThreadPaths",
+    "is_internal_output_path",
     "thread_paths",
 ]
 
@@ -24,6 +26,16 @@ VIRTUAL_WORKSPACE = f"{VIRTUAL_USER_DATA}/workspace"
 VIRTUAL_UPLOADS = f"{VIRTUAL_USER_DATA}/uploads"
 VIRTUAL_OUTPUTS = f"{VIRTUAL_USER_DATA}/outputs"
 VIRTUAL_SKILLS = "/mnt/skills"
+TOOL_RESULTS_DIRNAME = ".tool-results"
+
+
+def is_internal_output_path(relative: str, storage_subdir: str = TOOL_RESULTS_DIRNAME) -> bool:
+    """Whether an outputs-relative path is tool-output budget storage (internal).
+
+    Internal files are never presented or downloaded and skip delivery scans.
+    """
+    first = relative.replace("\\", "/").lstrip("/").split("/", 1)[0]
+    return first == storage_subdir.replace("\\", "/").split("/", 1)[0]
 
 
 @dataclass(frozen=True)

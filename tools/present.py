@@ -16,7 +16,7 @@ from langchain.tools import ToolRuntime
 from langchain_core.tools import tool
 from langgraph.types import Command
 
-from runtime.paths import VIRTUAL_OUTPUTS, thread_paths
+from runtime.paths import VIRTUAL_OUTPUTS, is_internal_output_path, thread_paths
 from sandbox import _hostfs
 from sandbox.base import SandboxError
 from sandbox.paths import parse_virtual_path
@@ -65,6 +65,11 @@ async def _present_files(filepaths: list[str], runtime: ToolRuntime) -> str | Co
                 continue
             if virtual.root != VIRTUAL_OUTPUTS or not virtual.parts:
                 refused.append(f"{raw}: only files in {VIRTUAL_OUTPUTS} can be presented")
+                continue
+            if is_internal_output_path(
+                "/".join(virtual.parts), binding.settings.tool_output.storage_subdir
+            ):
+                refused.append(f"{raw}: internal tool-output storage cannot be presented")
                 continue
             if not await binding.sandbox.is_file(virtual.virtual):
                 refused.append(f"{raw}: not an existing regular file")

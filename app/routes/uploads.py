@@ -49,7 +49,7 @@ from starlette.routing import Route
 from auth.access import resolve_request_caller
 from auth.identity import make_safe_user_id
 from runtime.config import ConfigError, Settings, aget_settings
-from runtime.paths import VIRTUAL_OUTPUTS, thread_paths
+from runtime.paths import VIRTUAL_OUTPUTS, is_internal_output_path, thread_paths
 from sandbox import _hostfs
 from sandbox.base import SandboxError
 from sandbox.paths import parse_virtual_path
@@ -322,6 +322,10 @@ async def download_output(request: Request) -> Response:
             raise _HTTPError(404, "not found") from None
         if virtual.root != VIRTUAL_OUTPUTS or not virtual.parts:
             raise _HTTPError(404, "not found")
+        if is_internal_output_path(
+            "/".join(virtual.parts), caller.settings.tool_output.storage_subdir
+        ):
+            raise _HTTPError(404, "not found (internal tool-output storage)")
         state = await _api_get(request, f"/threads/{caller.thread_id}/state")
         if state.status_code == 401:
             raise _HTTPError(401, "not authenticated")

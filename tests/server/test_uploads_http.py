@@ -127,6 +127,26 @@ async def test_written_and_presented_file_downloads(
     assert (await http.get(f"/threads/{missing}/outputs/report.md")).status_code == 404
 
 
+async def test_internal_tool_output_storage_is_never_downloadable(
+    tmp_path: Path, use_config: Any, lg_client: Any, http: httpx.AsyncClient
+) -> None:
+    """Issue 19.7: `.tool-results` is refused even if it got into `artifacts` somehow."""
+    internal = f"{OUT}/.tool-results/echo-abc.txt"
+    script = [
+        ai_tools(tool_call("write_file", description="d", path=internal, content="x")),
+        ai_text("ok"),
+    ]
+    use_config(write_config(tmp_path, script))
+    thread_id = await _thread(lg_client)
+    await lg_client().runs.wait(
+        thread_id, "lead_agent", input={"messages": [{"role": "user", "content": "go"}]}
+    )
+    await lg_client().threads.update_state(thread_id, {"artifacts": [internal]})
+    response = await http.get(f"/threads/{thread_id}/outputs/.tool-results/echo-abc.txt")
+    assert response.status_code == 404
+    assert "internal" in response.json()["detail"]
+
+
 async def test_upload_limits_and_names(
     tmp_path: Path, use_config: Any, lg_client: Any, http: httpx.AsyncClient
 ) -> None:

@@ -65,3 +65,17 @@ async def test_presenting_from_detached_storage_copies_to_the_host(tmp_path: Pat
     assert host.read_text() == "made in the sandbox"
     detached = settings.data_root_path() / "detached-storage/users/carol/threads/t-remote"
     assert (detached / "user-data/outputs/remote.txt").exists()
+
+
+async def test_internal_tool_output_storage_cannot_be_presented(tmp_path: Path) -> None:
+    """Issue 19.7: `.tool-results` is budget storage: never presented (nor downloaded)."""
+    internal = f"{OUT}/.tool-results/echo-abc.txt"
+    script = [
+        ai_tools(write(internal, "secret-ish"), write(f"{OUT}/ok.md")),
+        ai_tools(tool_call("present_files", filepaths=[internal, f"{OUT}/ok.md"])),
+        ai_text("done"),
+    ]
+    result = await run_agent(make_settings(tmp_path, script), "go")
+    presented = tool_messages(result)[-1]
+    assert "internal tool-output storage cannot be presented" in str(presented.content)
+    assert result["artifacts"] == [f"{OUT}/ok.md"]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -202,7 +203,7 @@ async def test_pauses_through_the_assembled_fused_lead_chain(tmp_path: Any) -> N
             ],
         )
     )
-    config = {"configurable": {"thread_id": "fused-1"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "fused-1"}}
     graph = build_lead_agent(settings, config)
     graph.checkpointer = InMemorySaver()
     result = await graph.ainvoke({"messages": [HumanMessage("export it")]}, config)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from middlewares.sandbox import SandboxMiddleware
@@ -83,7 +84,9 @@ async def _run(tmp_path: Path, provider: Any) -> tuple[list[ToolMessage], Strict
         state_schema=ThreadState,
         checkpointer=InMemorySaver(),
     )
-    config = {"configurable": {"thread_id": "big-1", "langgraph_auth_user_id": "alice"}}
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "big-1", "langgraph_auth_user_id": "alice"}
+    }
     result = await agent.ainvoke({"messages": [HumanMessage("go")]}, config)
     return [m for m in result["messages"] if isinstance(m, ToolMessage)], model
 

@@ -110,7 +110,16 @@ def _scheme(url: Any) -> str | None:
         return None
 
 
+ODD_BLOCK_TEXT = "[unsupported content block]"
+
+
 def _rewrite_block(block: Any, accepts_url_files: bool) -> Any:
+    if isinstance(block, dict) and "type" in block and not isinstance(block["type"], str):
+        # ``type: []`` / ``type: {}`` are legal JSON from a provider, but message
+        # normalization hashes the type and would fail every later request of the
+        # thread: the request view gets a text block instead (state keeps it).
+        text = block.get("text")
+        return {"type": "text", "text": text if isinstance(text, str) else ODD_BLOCK_TEXT}
     if block_type_is(block, ("file",)) and "url" in block:
         url = block.get("url")
         if accepts_url_files and _scheme(url) in ("http", "https"):

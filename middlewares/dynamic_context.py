@@ -97,6 +97,7 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
         super().__init__()
         self._now = now
         self.date_only_system = date_only_system
+        self._cache: tuple[tuple[date, str], HumanMessage | SystemMessage] | None = None
 
     def release_policy_parameters(self) -> dict[str, Any]:
         zone = os.environ.get(TIMEZONE_ENV, "").strip() or None
@@ -111,6 +112,11 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
         return now.date(), label
 
     def _reminder(self, today: date, zone: str) -> HumanMessage | SystemMessage:
+        """Today's reminder, built once per (date, zone): it is the same every request."""
+        key = (today, zone)
+        cached = self._cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
         text = (
             "<system-reminder>\n"
             f"Today's date is {today:%A}, {today.isoformat()} ({zone}).\n"
@@ -124,22 +130,31 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
                 REMINDER_KEY: {"date": today.isoformat(), "kind": "date"},
             },
         )
-        if self.date_only_system:
-            return SystemMessage(content=text, **kwargs)
-        return HumanMessage(content=text, **kwargs)
+        message: HumanMessage | SystemMessage = (
+            SystemMessage(content=text, **kwargs)
+            if self.date_only_system
+            else HumanMessage(content=text, **kwargs)
+        )
+        self._cache = (key, message)
+        return message
 
     def _with_date(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        messages = list(request.messages)
+        messages = request.messages
         today, zone = self._today()
-        if any(_reminder_date(m) == today.isoformat() for m in messages):
-            return request
+        iso = today.isoformat()
+        first_user: int | None = None
+        for index, message in enumerate(messages):
+            kwargs = message.additional_kwargs
+            if kwargs and REMINDER_KEY in kwargs and _reminder_date(message) == iso:
+                return request
+            if first_user is None and _user_authored(message):
+                first_user = index
         reminder = self._reminder(today, zone)
         if self.date_only_system:
             return request.override(messages=[reminder, *messages])
-        index = next((i for i, m in enumerate(messages) if _user_authored(m)), None)
-        if index is None:
+        if first_user is None:
             return request
-        return request.override(messages=[*messages[:index], reminder, *messages[index:]])
+        return request.override(messages=[*messages[:first_user], reminder, *messages[first_user:]])
 
     def wrap_model_call(
         self,

@@ -408,6 +408,11 @@ def elide_blocked_write_payloads(
     through ``tool_call_args`` (every field adapters resend) and never mutates
     its input.
     """
+    if not any(
+        isinstance(m, ToolMessage) and WRITE_BLOCK_KEY in (m.additional_kwargs or {})
+        for m in messages
+    ):
+        return None  # nothing was blocked: skip pairing the whole history
     replacements: dict[int, dict[str, dict[str, Any]]] = {}
     for pair in pair_tool_call_results(messages):
         call, result = pair.call, pair.result

@@ -231,6 +231,19 @@ def _replace_text(message: ToolMessage, text: str) -> ToolMessage:
     return message.model_copy(update={"content": blocks})
 
 
+def _has_large_write(messages: Sequence[AnyMessage], min_chars: int) -> bool:
+    """Whether any write call carries content long enough to be elided (a cheap scan)."""
+    for message in messages:
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                args = call.get("args")
+                if call.get("name") in _WRITE_TOOLS and isinstance(args, dict):
+                    content = args.get("content")
+                    if isinstance(content, str) and len(content) >= max(min_chars, 1):
+                        return True
+    return False
+
+
 def _normalize_path(value: Any) -> str | None:
     if not isinstance(value, str) or not value.strip():
         return None
@@ -478,6 +491,8 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
         """Superseded writes to elide: ai index -> call id -> new args."""
         if not self.config.elide_superseded_writes:
             return {}
+        if not _has_large_write(messages, self.config.superseded_write_min_chars):
+            return {}  # the common case, without pairing the whole history
         pairs = [
             p
             for p in pair_tool_call_results(messages)

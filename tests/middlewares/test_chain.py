@@ -328,3 +328,26 @@ async def test_compiled_graph_fires_hooks_in_the_documented_directions(
         "ToolErrorHandlingMiddleware.wrap_tool_call:in[call_0_0]",
         "ToolErrorHandlingMiddleware.wrap_tool_call:out[call_0_0]",
     ]
+
+
+def test_real_chains_with_every_optional_middleware_on(tmp_path: Path) -> None:
+    """The real assembled chains the scenario suite's ``all_optional`` profile runs."""
+    from tests.support.scenarios import ALL_OPTIONAL
+
+    inputs = inputs_for(tmp_path, configurable={"is_plan_mode": True}, **ALL_OPTIONAL)
+    lead = [m.name for m in build_middlewares(inputs)]
+    optional = {
+        "PiiRedactionMiddleware": "ToolResultSanitizationMiddleware",
+        "TodoListMiddleware": "DynamicContextMiddleware",
+        "SafetyFinishReasonMiddleware": "ModelLengthFinishReasonMiddleware",
+    }
+    for name, after in optional.items():
+        assert lead.index(name) == lead.index(after) + 1, name
+    assert [n for n in lead if n not in optional] == REAL_LEAD_DEFAULT
+    sub = [m.name for m in build_subagent_runtime_middlewares(inputs)]
+    assert [n for n in sub if n not in optional] == REAL_SUBAGENT_DEFAULT
+    assert sub[-3:] == [
+        "SafetyFinishReasonMiddleware",
+        "DynamicContextMiddleware",
+        "SystemMessageCoalescingMiddleware",
+    ]

@@ -53,7 +53,8 @@ from runtime.paths import (
     thread_paths,
 )
 from sandbox.base import Sandbox, SandboxError, SandboxProvider
-from sandbox.session import resolve_binding
+from sandbox.provider import get_sandbox_provider
+from sandbox.session import resolve_binding, state_sandbox_id
 
 __all__ = [
     "TOOL_OUTPUT_KEY",
@@ -432,6 +433,21 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
             return await self._apply_sandbox_budget(request, result, sandbox)  # type: ignore[no-any-return]
         return await asyncio.to_thread(self._apply_tool_budget, request, result)  # type: ignore[no-any-return]
 
+    def _files_elsewhere(self, state: Any) -> bool:
+        """Whether the run's known sandbox keeps its files off this host (no acquisition)."""
+        if self._settings is None:
+            return False
+        sandbox_id = state_sandbox_id(state)
+        if not sandbox_id:
+            return False
+        try:
+            provider = self._provider or get_sandbox_provider(self._settings)
+            sandbox = provider.get(sandbox_id)
+        except Exception:  # a provider that cannot be built: keep the host path
+            logger.debug("tool output budget: cannot look up sandbox %s", sandbox_id)
+            return False
+        return sandbox is not None and not sandbox.shares_host_user_data
+
     async def _remote_sandbox(self, request: ToolCallRequest) -> Sandbox | str | None:
         """The run's sandbox when its files are not this host's; a reason when it is unavailable.
 
@@ -539,15 +555,25 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
     def _budget_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         plan = self._elisions(request.messages)
         outputs_dir: Path | None = None
+        remote: str | None = None
         if any(self._over_budget(m) for m in request.messages):
-            outputs_dir = self._outputs_dir(request.runtime)
+            if self._files_elsewhere(request.state):
+                # read_file would not find a host file: keep the output inline.
+                remote = "the sandbox's files are not on this host"
+            else:
+                outputs_dir = self._outputs_dir(request.runtime)
         messages: list[AnyMessage] = []
         for index, message in enumerate(request.messages):
             if index in plan and isinstance(message, AIMessage):
                 for call_id, args in plan[index].items():
                     message = rewrite_tool_call_args(message, call_id, args)
             elif self._over_budget(message):
-                message = self._budget_message(message, outputs_dir, tool_side=False)  # type: ignore[arg-type]
+                message = self._budget_message(
+                    message,  # type: ignore[arg-type]
+                    outputs_dir,
+                    tool_side=False,
+                    written=remote,
+                )
             messages.append(message)
         return request.override(messages=messages)
 

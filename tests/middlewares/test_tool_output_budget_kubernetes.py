@@ -123,3 +123,45 @@ async def test_a_failed_sandbox_write_falls_back_inline(tmp_path: Path) -> None:
     assert fallback.text == OUTPUT
     assert ".tool-results" not in fallback.text
     assert "deerflow_tool_output" not in fallback.additional_kwargs
+
+
+async def test_history_over_budget_stays_inline_when_files_are_in_the_pod(tmp_path: Path) -> None:
+    """Model side: an old oversized result is never pointed at a host file the pod lacks."""
+    from langchain_core.messages import AIMessage
+
+    async with kubernetes_provider(tmp_path) as (provider, _fake):
+        settings = await asyncio.to_thread(
+            lambda: load_settings(write_config(tmp_path, [{"content": "unused"}]))
+        )
+        sandbox_id = await provider.acquire("hist-1", user_id="alice")
+        model = StrictRecordingModel.model_validate(
+            {"script": [{"content": "-"}, {"content": "ok"}]}
+        )
+        agent = create_agent(
+            model,
+            [echo],
+            middleware=[
+                ToolOutputBudgetMiddleware(
+                    settings.tool_output,
+                    data_root=settings.data_root_path(),
+                    settings=settings,
+                    provider=provider,
+                )
+            ],
+            state_schema=ThreadState,
+            checkpointer=InMemorySaver(),
+        )
+        history = [
+            HumanMessage("go"),
+            AIMessage(
+                "", tool_calls=[{"name": "echo", "args": {}, "id": "old", "type": "tool_call"}]
+            ),
+            ToolMessage(OUTPUT, tool_call_id="old", name="echo"),
+        ]
+        config: RunnableConfig = {
+            "configurable": {"thread_id": "hist-1", "langgraph_auth_user_id": "alice"}
+        }
+        await agent.ainvoke({"messages": history, "sandbox": {"sandbox_id": sandbox_id}}, config)
+    (sent,) = [m for m in model.requests[-1] if isinstance(m, ToolMessage)]
+    assert ".tool-results" not in sent.text and "could not be saved" in sent.text
+    assert len(sent.text) <= settings.tool_output.max_chars + 1000

@@ -161,7 +161,7 @@ async def test_history_over_budget_stays_inline_when_files_are_in_the_pod(tmp_pa
         config: RunnableConfig = {
             "configurable": {"thread_id": "hist-1", "langgraph_auth_user_id": "alice"}
         }
-        inputs: dict[str, Any] = {"messages": history, "sandbox": {"sandbox_id": sandbox_id}}
+        inputs: Any = {"messages": history, "sandbox": {"sandbox_id": sandbox_id}}
         await agent.ainvoke(inputs, config)
     (sent,) = [m for m in model.requests[-1] if isinstance(m, ToolMessage)]
     assert ".tool-results" not in sent.text and "could not be saved" in sent.text

@@ -4,7 +4,8 @@ Routes live in ``app/routes/``; each module exposes ``routes``. The lifespan
 starts the sandbox provider's background work with the server (for the
 Kubernetes provider: orphan reconciliation and the idle reaper), rather than on
 the first run after a restart, and stops it on shutdown. ``RouteGuardMiddleware``
-(``app/guard.py``) puts every route of the server behind the same auth.
+(``app/guard.py``) puts every route of the server behind the same auth;
+``StateUpdateHygieneMiddleware`` gives direct state writes the run-input hygiene.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.middleware import Middleware
 
 from app.guard import RouteGuardMiddleware
 from app.routes import health, policies, uploads, whoami
+from app.state_hygiene import StateUpdateHygieneMiddleware
 from runtime.config import aget_settings
 from sandbox.provider import get_sandbox_provider
 
@@ -50,5 +52,5 @@ app = Starlette(
     lifespan=lifespan,
     # Outermost under LangGraph Server (default middleware_order): every route the
     # server mounts, its own included, goes through our caller resolution.
-    middleware=[Middleware(RouteGuardMiddleware)],
+    middleware=[Middleware(RouteGuardMiddleware), Middleware(StateUpdateHygieneMiddleware)],
 )

@@ -23,7 +23,9 @@ outermost (``langgraph.json`` must keep the default ``middleware_order`` and no
    ``auth.handlers`` authenticate handler and the Studio rule) and applies
    ``auth.access.resolve_caller`` (fail closed, Studio policy, mode ``none``
    only under ``langgraph dev``): 401/403 otherwise;
-4. answers 404 for ``DEV_ONLY_PREFIXES`` unless the auth mode is ``none``.
+4. answers 404 for ``DEV_ONLY_PREFIXES`` unless the auth mode is ``none``;
+5. limits a subagent delegation token to the thread and run routes it needs
+   (403 elsewhere: uploads, state writes, copies, the store, ...).
 
 Requests from the server's in-process loopback (``root_path`` ``/noauth``,
 which no network request can set) pass: they are the server calling itself.
@@ -131,6 +133,22 @@ async def _authenticated_user(connection: HTTPConnection, method: str) -> Any:
     return result[1]
 
 
+# What a subagent delegation token may call: create, run, read, search and
+# cancel runs on threads (the handlers then bind it to its own thread ids).
+_DELEGATION_ROUTES = (
+    ("POST", re.compile(r"/threads(/search)?")),
+    ("GET", re.compile(r"/threads/[^/]+(/state|/history|/runs|/stream)?")),
+    ("POST", re.compile(r"/threads/[^/]+/history")),
+    ("POST", re.compile(r"/threads/[^/]+/runs(/stream|/wait)?")),
+    ("GET", re.compile(r"/threads/[^/]+/runs/[^/]+(/join|/stream)?")),
+    ("POST", re.compile(r"/threads/[^/]+/runs/[^/]+/cancel")),
+)
+
+
+def _delegation_may_call(method: str, path: str) -> bool:
+    return any(m == method and p.fullmatch(path) for m, p in _DELEGATION_ROUTES)
+
+
 def _is_dev_only(path: str) -> bool:
     return any(path == p.rstrip("/") or path.startswith(p) for p in DEV_ONLY_PREFIXES)
 
@@ -183,7 +201,9 @@ class RouteGuardMiddleware:
         connection = HTTPConnection(scope)
         try:
             user = await _authenticated_user(connection, method)
-            await resolve_caller(user)
+            caller = await resolve_caller(user)
+            if caller.delegated and not _delegation_may_call(method, path):
+                return 403, "a subagent delegation token cannot call this route"
             if _is_dev_only(path):
                 settings = await load_auth_settings()
                 if settings.auth.effective_mode != "none":

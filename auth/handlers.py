@@ -34,8 +34,9 @@ from auth.access import (
     require_delegated_thread,
     resolve_caller,
 )
-from auth.authenticate import authenticate_request, log_startup_status
+from auth.authenticate import authenticate_request, load_auth_settings, log_startup_status
 from auth.hygiene import RejectedInput, sanitize_run_kwargs, strip_reserved
+from auth.run_cap import enforce_run_cap
 
 __all__ = ["OWNER_KEY", "SYSTEM_CREATOR", "auth"]
 
@@ -112,6 +113,8 @@ async def on_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filt
     elif action == "create_run":
         _stamp_owner(value, caller)
         _run_hygiene(value, caller)
+        settings = await load_auth_settings()
+        await enforce_run_cap(caller, settings.runs.max_active_per_user)
     elif action == "update":
         _protect(value.get("metadata"))
     elif action not in ("read", "search", "delete"):

@@ -84,7 +84,9 @@ async def bench_handler(directory: Path) -> list[tuple[str, float]]:
     )
     now = int(time.time())
     hs = jwt.encode({"sub": "alice", "exp": now + 3600}, SECRET, "HS256")
-    rs = jwt.encode({"sub": "alice", "exp": now + 3600}, key, "RS256", headers={"kid": "k"})
+    rs = jwt.encode(
+        {"sub": "alice", "exp": now + 3600, "aud": "bench"}, key, "RS256", headers={"kid": "k"}
+    )
     api_key = "dfk_bench-key-0123456789abcdef"
     jwk = {**jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key(), as_dict=True), "kid": "k"}
 
@@ -94,10 +96,14 @@ async def bench_handler(directory: Path) -> list[tuple[str, float]]:
     cases: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         ("mode none", {"mode": "none"}, {}),
         ("jwt HS256", {"jwt": {"secret": SECRET}}, {"authorization": f"Bearer {hs}"}),
-        ("jwt RS256 (PEM)", {"jwt": {"public_key": pem}}, {"authorization": f"Bearer {rs}"}),
+        (
+            "jwt RS256 (PEM)",
+            {"jwt": {"public_key": pem, "audience": "bench"}},
+            {"authorization": f"Bearer {rs}"},
+        ),
         (
             "jwt RS256 (JWKS, cached)",
-            {"jwt": {"jwks_url": "https://idp.invalid/jwks"}},
+            {"jwt": {"jwks_url": "https://idp.invalid/jwks", "audience": "bench"}},
             {"authorization": f"Bearer {rs}"},
         ),
         (

@@ -868,6 +868,17 @@ class SafetyFinishReasonConfig(_Section):
     )
 
 
+class RunsConfig(_Section):
+    """Admission limits for runs, decided when a run is created."""
+
+    max_active_per_user: int = Field(
+        default=10,
+        ge=0,
+        le=100_000,
+        description="pending + running runs one user may have at once (429 beyond); 0 = no cap",
+    )
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -893,6 +904,7 @@ class Settings(_Section):
     llm_error_handling: LLMErrorHandlingConfig = Field(default_factory=LLMErrorHandlingConfig)
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
+    runs: RunsConfig = Field(default_factory=RunsConfig)
 
     @field_validator("models")
     @classmethod

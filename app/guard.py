@@ -149,6 +149,27 @@ def _delegation_may_call(method: str, path: str) -> bool:
     return any(m == method and p.fullmatch(path) for m, p in _DELEGATION_ROUTES)
 
 
+_PNA_REQUEST = b"access-control-request-private-network"
+
+
+def _without_pna_request(scope: Scope) -> Scope:
+    """A preflight from an allowed origin, minus its Private Network Access request.
+
+    Starlette's CORS middleware (as LangGraph Server configures it) refuses any
+    preflight that asks for private-network access, which breaks LangGraph
+    Studio against ``langgraph dev`` in browsers that enforce it. Foreign
+    origins never get here; for allowed ones the grant itself comes from the
+    server's ``PrivateNetworkMiddleware``, which ``langgraph dev`` turns on
+    (``ALLOW_PRIVATE_NETWORK``) and a production server does not.
+    """
+    if scope.get("method") != "OPTIONS":
+        return scope
+    headers = scope.get("headers") or []
+    if not any(key.lower() == _PNA_REQUEST for key, _ in headers):
+        return scope
+    return {**scope, "headers": [(k, v) for k, v in headers if k.lower() != _PNA_REQUEST]}
+
+
 def _is_dev_only(path: str) -> bool:
     return any(path == p.rstrip("/") or path.startswith(p) for p in DEV_ONLY_PREFIXES)
 
@@ -177,7 +198,7 @@ class RouteGuardMiddleware:
             return
         refusal = await self._refusal(scope)
         if refusal is None:
-            await self.app(scope, receive, send)
+            await self.app(_without_pna_request(scope), receive, send)
             return
         status, detail = refusal
         if scope["type"] == "websocket":

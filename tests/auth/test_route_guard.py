@@ -225,3 +225,28 @@ async def test_a_foreign_origin_cannot_truncate_in_mode_none(
 def test_route_enumeration_normalizes_templates() -> None:
     assert normalized("/threads/{thread_id:uuid}/x/{path:path}") == "/threads/{thread_id}/x/{path}"
     assert concrete("/a/{name}").startswith("/a/x")
+
+
+async def test_webhooks_may_not_reach_private_or_loopback_addresses(
+    lg_server: Any, jwt_mode: Callable[..., Any], raw: Callable[..., httpx.AsyncClient]
+) -> None:
+    """langgraph.json ``webhooks.url``: https only, no loopback, no private ranges (item 14)."""
+    jwt_mode()
+    async with raw(bearer("alice")) as alice:
+        thread = (await alice.post("/threads", json={})).json()["thread_id"]
+        for hook in (
+            "https://10.1.2.3/h",
+            "https://172.16.0.1/h",
+            "https://192.168.0.1/h",
+            "https://169.254.169.254/latest/meta-data",
+            "https://[::1]/h",
+            "https://127.0.0.1/h",
+            "http://93.184.215.14/h",
+            "/threads",
+        ):
+            response = await alice.post(
+                f"/threads/{thread}/runs",
+                json={"assistant_id": "lead_agent", "input": {"messages": []}, "webhook": hook},
+            )
+            assert response.status_code == 422, (hook, response.text)
+        assert (await alice.get(f"/threads/{thread}/runs")).json() == []

@@ -24,6 +24,7 @@ already counted, and refusing them would fail the parent's ``task`` call.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from langgraph_sdk import Auth
@@ -38,10 +39,17 @@ RETRY_AFTER_SECONDS = 5
 _ACTIVE = ("pending", "running")
 
 
-def _loopback_client() -> Any:
-    from langgraph_sdk import get_client
+_local = threading.local()
 
-    return get_client(url=None)
+
+def _loopback_client() -> Any:
+    """One loopback client per OS thread (the server runs event loops on several)."""
+    client = getattr(_local, "client", None)
+    if client is None:
+        from langgraph_sdk import get_client
+
+        client = _local.client = get_client(url=None)
+    return client
 
 
 async def count_active_runs(owner: str, *, limit: int, client: Any | None = None) -> int:

@@ -44,8 +44,8 @@ async def _sweep(
     return found
 
 
-def _start(dev_server: Any, tmp_path: Path, auth: dict[str, Any]) -> Any:
-    config = write_config(tmp_path, [ai_text("hi")], auth=auth)
+def _start(dev_server: Any, tmp_path: Path, auth: dict[str, Any], **sections: Any) -> Any:
+    config = write_config(tmp_path, [ai_text("hi")], auth=auth, **sections)
     return dev_server(env={"DEERFLOW_CONFIG": str(config), "DEERFLOW_DATA_ROOT": str(tmp_path)})
 
 
@@ -129,8 +129,21 @@ async def test_dev_server_cors_and_webhooks(tmp_path: Path, dev_server: Any) -> 
         runs = await http.get(f"/threads/{thread}/runs", headers=bearer("alice"))
         assert runs.json() == []
 
+    # The run cap counts through the dev server's own loopback API.
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        run = {"assistant_id": "lead_agent", "input": {"messages": [["human", "hi"]]}}
+        held = await http.post(
+            f"/threads/{thread}/runs", json={**run, "after_seconds": 600}, headers=bearer("alice")
+        )
+        assert held.status_code == 200, held.text
+        refused = await http.post("/runs/wait", json=run, headers=bearer("alice"))
+        assert refused.status_code == 429
+        bobs = await http.post("/runs/wait", json=run, headers=bearer("bob"))
+        assert bobs.status_code == 200
 
-async def _asyncify(function: Any, *args: Any) -> Any:
+
+async def _asyncify(function: Any, *args: Any, **kwargs: Any) -> Any:
+    """Start a dev server off the event loop (starting and polling it block)."""
     import asyncio
 
-    return await asyncio.to_thread(function, *args)
+    return await asyncio.to_thread(function, *args, **kwargs)

@@ -7,6 +7,7 @@ records, so cancelling one frees a slot at once.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,9 @@ async def test_the_next_run_over_the_cap_gets_429_while_another_user_starts_at_o
     lg_server: Any,
 ) -> None:
     capped(CAP)
-    alice, bob = lg_client(headers=bearer("alice")), lg_client(headers=bearer("bob"))
+    # Fresh identities: the session's server keeps other tests' runs.
+    name, other_user = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
+    alice, bob = lg_client(headers=bearer(name)), lg_client(headers=bearer(other_user))
     queued = (await alice.threads.create())["thread_id"]
     held = [
         await alice.runs.create(
@@ -55,9 +58,9 @@ async def test_the_next_run_over_the_cap_gets_429_while_another_user_starts_at_o
         for _ in range(CAP)
     ]
     # Two runs on one thread count as two: the cap is on runs, not threads.
-    assert await count_active_runs("alice", limit=10, client=_loopback(lg_server)) == CAP
+    assert await count_active_runs(name, limit=10, client=_loopback(lg_server)) == CAP
     other = (await alice.threads.create())["thread_id"]
-    async with raw(bearer("alice")) as http:
+    async with raw(bearer(name)) as http:
         for path, body in (
             (f"/threads/{other}/runs", {"assistant_id": "lead_agent", "input": HI}),
             (f"/threads/{other}/runs/wait", {"assistant_id": "lead_agent", "input": HI}),
@@ -78,14 +81,14 @@ async def test_the_next_run_over_the_cap_gets_429_while_another_user_starts_at_o
     done = await alice.runs.wait(other, "lead_agent", input=HI)
     assert done["messages"][-1]["content"] == "hello"
     await alice.runs.cancel(queued, held[1]["run_id"], wait=True)
-    assert await count_active_runs("alice", limit=10, client=_loopback(lg_server)) == 0
+    assert await count_active_runs(name, limit=10, client=_loopback(lg_server)) == 0
 
 
 async def test_cap_zero_turns_it_off(
     capped: Callable[[int], None], lg_client: Callable[..., Any]
 ) -> None:
     capped(0)
-    alice = lg_client(headers=bearer("alice"))
+    alice = lg_client(headers=bearer(f"alice-{uuid.uuid4().hex[:8]}"))
     thread = (await alice.threads.create())["thread_id"]
     held = [
         await alice.runs.create(

@@ -8,6 +8,7 @@ server's own OpenAPI document is checked against it, so a route that only
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,13 @@ async def test_every_dev_server_route_needs_credentials(
         assert (await http.get(f"/threads/{thread}")).status_code == 200
 
 
-async def test_dev_server_cors_and_webhooks(tmp_path: Path, dev_server: Any) -> None:
+async def test_dev_server_cors_webhooks_and_run_cap(tmp_path: Path, dev_server: Any) -> None:
     server = await _asyncify(
-        _start, dev_server, tmp_path, {"mode": "jwt", "jwt": {"secret": SECRET}}
+        _start,
+        dev_server,
+        tmp_path,
+        {"mode": "jwt", "jwt": {"secret": SECRET}},
+        runs={"max_active_per_user": 1},
     )
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
         preflight = {
@@ -129,17 +134,22 @@ async def test_dev_server_cors_and_webhooks(tmp_path: Path, dev_server: Any) -> 
         runs = await http.get(f"/threads/{thread}/runs", headers=bearer("alice"))
         assert runs.json() == []
 
-    # The run cap counts through the dev server's own loopback API.
+    # The run cap counts through the dev server's own loopback API. Fresh
+    # identities: `langgraph dev` may keep threads of earlier servers on disk.
+    carol, dave = bearer(f"carol-{uuid.uuid4().hex[:8]}"), bearer(f"dave-{uuid.uuid4().hex[:8]}")
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
         run = {"assistant_id": "lead_agent", "input": {"messages": [["human", "hi"]]}}
+        mine = (await http.post("/threads", json={}, headers=carol)).json()["thread_id"]
         held = await http.post(
-            f"/threads/{thread}/runs", json={**run, "after_seconds": 600}, headers=bearer("alice")
+            f"/threads/{mine}/runs", json={**run, "after_seconds": 600}, headers=carol
         )
         assert held.status_code == 200, held.text
-        refused = await http.post("/runs/wait", json=run, headers=bearer("alice"))
+        refused = await http.post("/runs/wait", json=run, headers=carol)
         assert refused.status_code == 429
-        bobs = await http.post("/runs/wait", json=run, headers=bearer("bob"))
-        assert bobs.status_code == 200
+        others = await http.post("/runs/wait", json=run, headers=dave)
+        assert others.status_code == 200
+        cancel = f"/threads/{mine}/runs/{held.json()['run_id']}/cancel?wait=1&action=rollback"
+        assert (await http.post(cancel, headers=carol)).status_code in (200, 202, 204)
 
 
 async def _asyncify(function: Any, *args: Any, **kwargs: Any) -> Any:

@@ -74,7 +74,7 @@ def test_human_forms_pass(form: Any) -> None:
 
 
 def test_state_values_lose_provenance_and_server_channels() -> None:
-    values = {
+    values: dict[str, Any] = {
         "messages": [
             {
                 "role": "user",

@@ -82,7 +82,7 @@ def test_expired_tampered_and_malformed_tokens_are_refused(monkeypatch: pytest.M
         with pytest.raises(DelegationTokenError, match=reason):
             verify_delegation_token(jwt.encode(claims, SHARED, algorithm="HS256"), now=1001.0)
     unsigned = jwt.encode(
-        {**base, "aud": DELEGATION_AUDIENCE, "iss": DELEGATION_ISSUER}, None, algorithm="none"
+        {**base, "aud": DELEGATION_AUDIENCE, "iss": DELEGATION_ISSUER}, "", algorithm="none"
     )
     with pytest.raises(DelegationTokenError, match="malformed"):
         verify_delegation_token(unsigned, now=1001.0)

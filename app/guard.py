@@ -54,6 +54,7 @@ __all__ = [
     "PUBLIC_ROUTES",
     "RouteGuardMiddleware",
     "origin_allowed",
+    "refusal_response",
 ]
 
 logger = logging.getLogger("deerflow.auth")
@@ -86,6 +87,20 @@ def origin_allowed(origin: str) -> bool:
     if everyone or origin in origins:
         return True
     return regex is not None and regex.fullmatch(origin) is not None
+
+
+def refusal_response(scope: Scope, status: int, detail: str) -> JSONResponse:
+    """A JSON error that an allowed front end (Studio) can read.
+
+    Our middlewares answer outside the server's CORS middleware, so they add
+    the allow-origin header themselves, for allowed origins only.
+    """
+    response = JSONResponse({"detail": detail}, status_code=status)
+    origin = Headers(scope=scope).get("origin")
+    if origin is not None and origin_allowed(origin):
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Vary"] = "Origin"
+    return response
 
 
 def _server_auth_backend() -> Any:
@@ -204,7 +219,7 @@ class RouteGuardMiddleware:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": detail[:120]})
             return
-        await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
+        await refusal_response(scope, status, detail)(scope, receive, send)
 
     async def _refusal(self, scope: Scope) -> tuple[int, str] | None:
         """None to let the request through, else (status, reason)."""

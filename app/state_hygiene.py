@@ -19,9 +19,9 @@ import logging
 import re
 from typing import Any
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.guard import refusal_response
 from auth.hygiene import RejectedInput, sanitize_state_values, sanitize_thread_create
 
 __all__ = ["StateUpdateHygieneMiddleware"]
@@ -58,14 +58,12 @@ class StateUpdateHygieneMiddleware:
             return
         body, complete = await _read_body(receive)
         if not complete:
-            await JSONResponse({"detail": "request body too large"}, status_code=413)(
-                scope, receive, send
-            )
+            await refusal_response(scope, 413, "request body too large")(scope, receive, send)
             return
         try:
             body = _rewrite(body, clean)
         except RejectedInput as exc:
-            await JSONResponse({"detail": str(exc)}, status_code=422)(scope, receive, send)
+            await refusal_response(scope, 422, str(exc))(scope, receive, send)
             return
         headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode("ascii")))

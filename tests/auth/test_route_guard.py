@@ -200,6 +200,10 @@ async def test_a_foreign_origin_is_refused(
             )
             assert call.status_code == 200
             assert call.headers["access-control-allow-origin"] == origin
+        # An allowed front end can read a refusal (it happens before the CORS middleware).
+        refused = await client.get("/metrics", headers={"Origin": "http://localhost:3000"})
+        assert refused.status_code == 401
+        assert refused.headers["access-control-allow-origin"] == "http://localhost:3000"
         # Lookalikes of the allowed origins are foreign.
         for origin in ("http://localhost.evil.example", "https://smith.langchain.com.evil.example"):
             response = await client.post(

@@ -12,6 +12,10 @@ Authentication is in ``auth.authenticate``; this module holds authorization:
   never be set by a caller.
 - store: every namespace is forced under the caller's safe id.
 - anything else: denied (the global default-deny handler).
+- a subagent delegation token (``auth.delegation``): only its own child
+  thread(s): create, run, read, cancel runs, search (``_delegated_threads``).
+- creating a run also applies run-input hygiene (``auth.hygiene``) and the
+  per-user cap on active runs (``auth.run_cap``, 429).
 
 Every handler first resolves the caller (``auth.access.resolve_caller``): it refuses everything in
 mode ``none`` outside ``langgraph dev``, applies the Studio policy to the

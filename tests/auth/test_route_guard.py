@@ -254,3 +254,12 @@ async def test_webhooks_may_not_reach_private_or_loopback_addresses(
             )
             assert response.status_code == 422, (hook, response.text)
         assert (await alice.get(f"/threads/{thread}/runs")).json() == []
+
+
+def test_the_guard_uses_the_servers_own_auth_backend(lg_server: Any) -> None:
+    """If langgraph-api moves it, the guard falls back to our handler alone and
+    refuses Studio everywhere: this test says so instead of a silent change."""
+    from app.guard import _server_auth_backend
+
+    backend = _server_auth_backend()
+    assert backend is not None and callable(getattr(backend, "authenticate", None))

@@ -263,3 +263,19 @@ def test_the_guard_uses_the_servers_own_auth_backend(lg_server: Any) -> None:
 
     backend = _server_auth_backend()
     assert backend is not None and callable(getattr(backend, "authenticate", None))
+
+
+async def test_without_the_server_backend_the_guard_still_fails_closed(
+    lg_server: Any,
+    jwt_mode: Callable[..., Any],
+    raw: Callable[..., httpx.AsyncClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import app.guard
+
+    jwt_mode(studio="isolated")
+    monkeypatch.setattr(app.guard, "_server_auth_backend", lambda: None)
+    async with raw() as client:
+        assert (await client.get("/metrics")).status_code == 401
+        assert (await client.get("/metrics", headers=STUDIO)).status_code == 403
+        assert (await client.get("/metrics", headers=bearer("alice"))).status_code == 200

@@ -3,7 +3,9 @@
 Routes live in ``app/routes/``; each module exposes ``routes``. The lifespan
 starts the sandbox provider's background work with the server (for the
 Kubernetes provider: orphan reconciliation and the idle reaper), rather than on
-the first run after a restart, and stops it on shutdown.
+the first run after a restart, and stops it on shutdown. ``RouteGuardMiddleware``
+(``app/guard.py``) puts every route of the server behind the same auth;
+``StateUpdateHygieneMiddleware`` gives direct state writes the run-input hygiene.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
+from app.guard import RouteGuardMiddleware
 from app.routes import health, policies, uploads, whoami
+from app.state_hygiene import StateUpdateHygieneMiddleware
 from runtime.config import aget_settings
 from sandbox.provider import get_sandbox_provider
 
@@ -45,4 +50,7 @@ async def lifespan(_: Starlette) -> AsyncIterator[None]:
 app = Starlette(
     routes=[*health.routes, *whoami.routes, *uploads.routes, *policies.routes],
     lifespan=lifespan,
+    # Outermost under LangGraph Server (default middleware_order): every route the
+    # server mounts, its own included, goes through our caller resolution.
+    middleware=[Middleware(RouteGuardMiddleware), Middleware(StateUpdateHygieneMiddleware)],
 )

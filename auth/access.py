@@ -6,7 +6,7 @@ both apply the same rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_sdk import Auth
@@ -17,14 +17,18 @@ from auth.authenticate import NONE_OUTSIDE_DEV, is_langgraph_dev, load_auth_sett
 from auth.identity import DEFAULT_USER_ID, is_studio_user, make_safe_user_id, principal_of
 
 __all__ = [
+    "DELEGATION_KEY",
     "OWNER_KEY",
     "Caller",
     "refuse_delegated",
+    "require_delegated_thread",
     "resolve_caller",
     "resolve_request_caller",
 ]
 
 OWNER_KEY = "owner"
+# Stamped on a thread created with a delegation token: the token's ``jti``.
+DELEGATION_KEY = "delegation_id"
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class Caller:
     studio: bool
     delegated: bool = False
     """Authenticated by a subagent delegation token (runs and reads threads only)."""
+    delegated_threads: frozenset[str] = field(default_factory=frozenset)
+    """The thread ids a delegation token is bound to."""
+    delegation_id: str | None = None
+    """The delegation token's ``jti``."""
 
     @property
     def safe_id(self) -> str:
@@ -83,8 +91,15 @@ async def resolve_caller(user: Any) -> Caller:
         raise Auth.exceptions.HTTPException(status_code=401, detail="authentication required")
     if config.effective_mode == "none":
         principal = DEFAULT_USER_ID
+    delegated = bool(_get(user, "delegated_subagent"))
+    threads = _get(user, "delegated_threads") if delegated else None
+    jti = _get(user, "delegation_id") if delegated else None
     return Caller(
-        principal=principal, studio=False, delegated=bool(_get(user, "delegated_subagent"))
+        principal=principal,
+        studio=False,
+        delegated=delegated,
+        delegated_threads=frozenset(str(t) for t in threads or () if t),
+        delegation_id=str(jti) if jti else None,
     )
 
 
@@ -96,6 +111,14 @@ def refuse_delegated(caller: Caller, what: str) -> None:
     """
     if caller.delegated:
         raise _forbidden(f"a subagent delegation token cannot {what}")
+
+
+def require_delegated_thread(caller: Caller, thread_id: Any, what: str) -> None:
+    """A delegation token acts only on the child thread(s) it was minted for."""
+    if not caller.delegated:
+        return
+    if thread_id is None or str(thread_id).lower() not in caller.delegated_threads:
+        raise _forbidden(f"a subagent delegation token cannot {what} outside its own thread")
 
 
 async def resolve_request_caller(connection: HTTPConnection) -> Caller:

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langgraph_sdk import Auth
 
 from auth.api_keys import match_api_key
-from auth.identity import DEFAULT_USER_ID
+from auth.delegation import DELEGATION_SCHEME, DelegationTokenError, authenticate_delegation
+from auth.identity import DEFAULT_USER_ID, STUDIO_PREFIX
 from auth.tokens import CredentialError, verify_token
-from runtime.config import ConfigError, Settings, aget_settings
-from subagents.credentials import DELEGATION_SCHEME, DelegationTokenError, authenticate_delegation
+from runtime.config import AuthConfig, ConfigError, Settings, aget_settings
 
 __all__ = [
     "ANONYMOUS_IDENTITY",
@@ -112,21 +112,42 @@ def _user(
     }
 
 
-def _delegated_user(authorization: str | None, *, mode: str) -> dict[str, Any] | None:
+def _reserved_delegation_allowed(config: AuthConfig) -> Callable[[str], bool]:
+    """Reserved identities the server itself delegates for, in this configuration.
+
+    The local user ``default`` in mode ``none`` (where every caller is it), and
+    Studio users under Studio policy ``isolated``; never a hashed-shape id.
+    """
+
+    def allowed(identity: str) -> bool:
+        if identity == DEFAULT_USER_ID:
+            return config.effective_mode == "none"
+        if identity.startswith(STUDIO_PREFIX):
+            return config.studio_policy == "isolated"
+        return False
+
+    return allowed
+
+
+def _delegated_user(authorization: str | None, *, config: AuthConfig) -> dict[str, Any] | None:
     """The parent's user for a valid delegation token; 401 for a bad one; else None."""
     try:
-        delegated = authenticate_delegation(authorization)
+        delegated = authenticate_delegation(
+            authorization, allow_reserved=_reserved_delegation_allowed(config)
+        )
     except DelegationTokenError as exc:
         raise _unauthorized(str(exc), DELEGATION_SCHEME) from None
     if delegated is None:
         return None
     user = _user(
         delegated.identity,
-        mode=mode,
+        mode=config.effective_mode,
         roles=list(delegated.roles),
         permissions=list(delegated.permissions),
     )
     user["delegated_subagent"] = True
+    user["delegated_threads"] = sorted(delegated.thread_ids)
+    user["delegation_id"] = delegated.token_id
     user["parent_thread_id"] = delegated.parent_thread_id
     user["parent_run_id"] = delegated.parent_run_id
     return user
@@ -157,7 +178,7 @@ async def authenticate_request(
         raise Auth.exceptions.HTTPException(status_code=403, detail=NONE_OUTSIDE_DEV)
     # A remote subagent run started by the task tool for its parent run's user
     # (subagents/credentials.py): same owner as the parent, in every mode.
-    delegated = _delegated_user(authorization, mode=mode)
+    delegated = _delegated_user(authorization, config=config)
     if delegated is not None:
         return delegated
     if mode == "none":

@@ -12,6 +12,10 @@ Authentication is in ``auth.authenticate``; this module holds authorization:
   never be set by a caller.
 - store: every namespace is forced under the caller's safe id.
 - anything else: denied (the global default-deny handler).
+- a subagent delegation token (``auth.delegation``): only its own child
+  thread(s): create, run, read, cancel runs, search (``_delegated_threads``).
+- creating a run also applies run-input hygiene (``auth.hygiene``) and the
+  per-user cap on active runs (``auth.run_cap``, 429).
 
 Every handler first resolves the caller (``auth.access.resolve_caller``): it refuses everything in
 mode ``none`` outside ``langgraph dev``, applies the Studio policy to the
@@ -26,9 +30,17 @@ from typing import Any
 
 from langgraph_sdk import Auth
 
-from auth.access import OWNER_KEY, Caller, refuse_delegated, resolve_caller
-from auth.authenticate import authenticate_request, log_startup_status
+from auth.access import (
+    DELEGATION_KEY,
+    OWNER_KEY,
+    Caller,
+    refuse_delegated,
+    require_delegated_thread,
+    resolve_caller,
+)
+from auth.authenticate import authenticate_request, load_auth_settings, log_startup_status
 from auth.hygiene import RejectedInput, sanitize_run_kwargs, strip_reserved
+from auth.run_cap import enforce_run_cap
 
 __all__ = ["OWNER_KEY", "SYSTEM_CREATOR", "auth"]
 
@@ -45,7 +57,7 @@ logger = logging.getLogger("deerflow.auth")
 
 SYSTEM_CREATOR = "system"
 # Metadata keys only the server writes.
-_PROTECTED_METADATA = (OWNER_KEY, "created_by")
+_PROTECTED_METADATA = (OWNER_KEY, "created_by", DELEGATION_KEY)
 
 auth = Auth()
 
@@ -98,24 +110,57 @@ async def on_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filt
     """Threads and the runs on them: the owner only."""
     caller = await resolve_caller(ctx.user)
     action = ctx.action
+    if caller.delegated:
+        return _delegated_threads(caller, action, value)
     if action == "create":
         _stamp_owner(value, caller)
     elif action == "create_run":
         _stamp_owner(value, caller)
-        kwargs = value.get("kwargs")
-        if isinstance(kwargs, MutableMapping):
-            config = kwargs.get("config")
-            if isinstance(config, MutableMapping):
-                _protect(config.get("metadata"))
-            removed = _sanitized(kwargs, user_id=caller.principal)
-            if removed:
-                logger.info("run input hygiene removed %s", ", ".join(sorted(removed)))
+        _run_hygiene(value, caller)
+        settings = await load_auth_settings()
+        await enforce_run_cap(caller, settings.runs.max_active_per_user)
     elif action == "update":
         _protect(value.get("metadata"))
-    elif action == "delete":
-        refuse_delegated(caller, "delete threads")
-    elif action not in ("read", "search"):
+    elif action not in ("read", "search", "delete"):
         return False
+    return caller.owner_filter
+
+
+def _run_hygiene(value: Any, caller: Caller) -> None:
+    kwargs = value.get("kwargs")
+    if isinstance(kwargs, MutableMapping):
+        config = kwargs.get("config")
+        if isinstance(config, MutableMapping):
+            _protect(config.get("metadata"))
+        removed = _sanitized(kwargs, user_id=caller.principal)
+        if removed:
+            logger.info("run input hygiene removed %s", ", ".join(sorted(removed)))
+
+
+def _delegated_threads(caller: Caller, action: str, value: Any) -> Auth.types.FilterType:
+    """A delegation token: create, run, read and cancel runs on its own child thread(s).
+
+    Search sees only threads created with this very token; state writes,
+    metadata patches, copies (a create of another id) and deletes answer 403.
+    """
+    thread_id = value.get("thread_id") if isinstance(value, MutableMapping) else None
+    if action == "create":
+        require_delegated_thread(caller, thread_id, "create threads")
+        _stamp_owner(value, caller)
+        _metadata(value)[DELEGATION_KEY] = caller.delegation_id
+    elif action == "create_run":
+        require_delegated_thread(caller, thread_id, "start runs")
+        _stamp_owner(value, caller)
+        _run_hygiene(value, caller)
+    elif action == "read":
+        require_delegated_thread(caller, thread_id, "read threads")
+    elif action == "update" and value.get("action") == "interrupt":
+        require_delegated_thread(caller, thread_id, "cancel runs")
+    elif action == "search":
+        return {**caller.owner_filter, DELEGATION_KEY: caller.delegation_id or ""}
+    else:
+        detail = {"update": "change thread state or metadata", "delete": "delete threads"}
+        refuse_delegated(caller, detail.get(action, action))
     return caller.owner_filter
 
 

@@ -31,12 +31,16 @@ from typing import Any
 
 __all__ = [
     "RESERVED_CONTEXT_KEYS",
+    "RESERVED_STATE_KEYS",
     "SERVER_AUTH_KEYS",
     "RejectedInput",
     "is_reserved_key",
+    "message_kind",
     "sanitize_input",
     "sanitize_message",
     "sanitize_run_kwargs",
+    "sanitize_state_values",
+    "sanitize_thread_create",
     "strip_reserved",
 ]
 
@@ -148,30 +152,82 @@ class RejectedInput(ValueError):
     """Run input that is refused as a whole, with a reason the caller can act on."""
 
 
+# LangChain's constructor envelope (``{"lc": 1, "type": "constructor", "id":
+# [..., "SystemMessage"], "kwargs": {...}}``): class name -> message type, as
+# ``langchain_core.messages.utils._convert_to_message`` maps it.
+_CONSTRUCTOR_TYPES = {
+    "HumanMessage": "human",
+    "HumanMessageChunk": "human",
+    "AIMessage": "ai",
+    "AIMessageChunk": "ai",
+    "SystemMessage": "system",
+    "SystemMessageChunk": "system",
+    "FunctionMessage": "function",
+    "FunctionMessageChunk": "function",
+    "ToolMessage": "tool",
+    "ToolMessageChunk": "tool",
+    "RemoveMessage": "remove",
+}
+_SYSTEM_KINDS = frozenset({"system", "developer"})
+_MAX_DEPTH = 8
+
+
+def message_kind(message: Any, _depth: int = 0) -> str | None:
+    """The message type LangChain would build from ``message``, or None if it builds none.
+
+    Follows ``convert_to_messages``: a string is a human message; a
+    two-element sequence is ``(type, content)``; a constructor envelope maps its
+    class name and lets ``kwargs`` override it (``{"type": mapped, **kwargs}``);
+    a dict's ``role`` wins over its ``type``.
+    """
+    if _depth > _MAX_DEPTH:
+        return None
+    if isinstance(message, str):
+        return "human"
+    if isinstance(message, list | tuple):
+        if len(message) == 2 and isinstance(message[0], str):
+            return message[0]
+        return None
+    if not isinstance(message, Mapping):
+        return None
+    identifier, fields = message.get("id"), message.get("kwargs")
+    if (
+        message.get("lc") == 1
+        and isinstance(identifier, list)
+        and identifier
+        and isinstance(fields, Mapping)
+    ):
+        mapped = _CONSTRUCTOR_TYPES.get(str(identifier[-1]))
+        if mapped is not None:
+            return message_kind({"type": mapped, **fields}, _depth + 1)
+    kind = message.get("role", message.get("type"))
+    return kind if isinstance(kind, str) else None
+
+
 def _refuse_system_message(message: Any) -> None:
     """Callers may not send system messages: the agent's own prompt is the system.
 
     A caller's system message would be merged into the leading system prompt
-    (SystemMessageCoalescing) and stamped as server-owned.
+    (SystemMessageCoalescing) and stamped as server-owned. Every encoding
+    LangChain accepts is decided by ``message_kind`` (a ``["system", ...]``
+    pair, a serialized ``SystemMessage``, ``role``/``type`` dicts).
     """
-    if not isinstance(message, Mapping):
-        return
-    fields = message.get("kwargs") if message.get("lc") == 1 else message
-    if not isinstance(fields, Mapping):
-        return
-    kind = fields.get("role", fields.get("type"))
-    if kind in ("system", "developer"):
+    kind = message_kind(message)
+    if isinstance(kind, str) and kind.strip().lower() in _SYSTEM_KINDS:
         raise RejectedInput(
             "system messages are not accepted in run input; send the instruction as a user message"
         )
 
 
 def _sanitize_messages(messages: Any) -> list[str]:
-    if isinstance(messages, MutableMapping):
+    if isinstance(messages, str):
+        return []
+    if isinstance(messages, Mapping):
+        # One message rather than a list of them (LangChain wraps it in a list).
         _refuse_system_message(messages)
         return sanitize_message(messages)
     removed: list[str] = []
-    if isinstance(messages, list):
+    if isinstance(messages, list | tuple):
         for item in messages:
             _refuse_system_message(item)
             removed.extend(sanitize_message(item))
@@ -227,4 +283,47 @@ def sanitize_run_kwargs(
             context["user_id"] = user_id
         if isinstance(configurable, MutableMapping):
             configurable["user_id"] = user_id
+    return removed
+
+
+# Thread state channels only the server's middlewares write (``runtime.state``):
+# a forged ``sandbox`` or ``thread_data`` would point a run at other resources.
+RESERVED_STATE_KEYS = frozenset({"thread_data", "sandbox", "delegations", "artifacts"})
+
+
+def sanitize_state_values(values: Any) -> list[str]:
+    """Clean a direct state update (``POST /threads/{id}/state``) in place.
+
+    The same hygiene as run input: caller provenance is dropped from messages,
+    system messages are refused (``RejectedInput``), and the server-owned
+    channels (``RESERVED_STATE_KEYS``) and ``__`` keys are removed. ``values``
+    is a dict of channel values or a list of them.
+    """
+    if isinstance(values, list):
+        return [key for item in values for key in sanitize_state_values(item)]
+    if not isinstance(values, MutableMapping):
+        return []
+    removed = [
+        key
+        for key in list(values)
+        if isinstance(key, str)
+        and (key in RESERVED_STATE_KEYS or key.startswith("__") or key.startswith("deerflow_"))
+    ]
+    for key in removed:
+        del values[key]
+    removed.extend(f"values.{key}" for key in sanitize_input(values))
+    return removed
+
+
+def sanitize_thread_create(payload: Any) -> list[str]:
+    """Clean the ``supersteps`` of ``POST /threads`` (a thread created with state)."""
+    if not isinstance(payload, Mapping) or not isinstance(payload.get("supersteps"), list):
+        return []
+    removed: list[str] = []
+    for step in payload["supersteps"]:
+        updates = step.get("updates") if isinstance(step, Mapping) else None
+        for update in updates if isinstance(updates, list) else []:
+            if isinstance(update, MutableMapping):
+                removed.extend(sanitize_state_values(update.get("values")))
+                removed.extend(_sanitize_command(update.get("command")))
     return removed

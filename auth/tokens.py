@@ -15,6 +15,7 @@ from typing import Any
 
 import jwt
 
+from auth.delegation import DELEGATION_AUDIENCE, DELEGATION_ISSUER
 from auth.identity import is_reserved_identity
 from auth.jwks import JwksCache, JwksError, jwks_cache
 from runtime.config import JwtAuthConfig
@@ -140,6 +141,11 @@ async def verify_token(
         raise CredentialError("invalid signature") from None
     except jwt.PyJWTError:
         raise CredentialError("malformed token") from None
+    audiences = claims.get("aud")
+    audiences = [audiences] if isinstance(audiences, str) else audiences or []
+    if claims.get("iss") == DELEGATION_ISSUER or DELEGATION_AUDIENCE in audiences:
+        # A delegation token is never a user's bearer token, whatever the keys.
+        raise CredentialError("invalid audience")
     identity = _claim(claims, config.identity_claim)
     if not isinstance(identity, str) or not identity.strip():
         raise CredentialError(f"token missing claim {config.identity_claim}")

@@ -7,7 +7,13 @@ Two measurements, each reported as ratios to the mode ``none`` baseline:
    JWKS, api_key with 1 and 100 configured keys.
 2. A full request through the in-process LangGraph Server
    (``POST /threads/search``, which also runs the threads authorization
-   handler): mode none vs jwt HS256 vs api_key.
+   handler): mode none vs jwt HS256 vs api_key, and jwt HS256 with the
+   route guard (``app/guard.py``) bypassed, which shows what the guard's second
+   authentication costs.
+3. Creating a run (``runs.create`` held pending, then rolled back) with the
+   per-user run cap off, on with no other active runs, and on with five other
+   queued runs of the same user (``auth/run_cap.py`` reads them through the
+   server's loopback API).
 
 Run: ``.venv/bin/python bench/auth_overhead.py`` (writes
 ``bench/results/auth_overhead.md``).
@@ -84,7 +90,9 @@ async def bench_handler(directory: Path) -> list[tuple[str, float]]:
     )
     now = int(time.time())
     hs = jwt.encode({"sub": "alice", "exp": now + 3600}, SECRET, "HS256")
-    rs = jwt.encode({"sub": "alice", "exp": now + 3600}, key, "RS256", headers={"kid": "k"})
+    rs = jwt.encode(
+        {"sub": "alice", "exp": now + 3600, "aud": "bench"}, key, "RS256", headers={"kid": "k"}
+    )
     api_key = "dfk_bench-key-0123456789abcdef"
     jwk = {**jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key(), as_dict=True), "kid": "k"}
 
@@ -94,10 +102,14 @@ async def bench_handler(directory: Path) -> list[tuple[str, float]]:
     cases: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         ("mode none", {"mode": "none"}, {}),
         ("jwt HS256", {"jwt": {"secret": SECRET}}, {"authorization": f"Bearer {hs}"}),
-        ("jwt RS256 (PEM)", {"jwt": {"public_key": pem}}, {"authorization": f"Bearer {rs}"}),
+        (
+            "jwt RS256 (PEM)",
+            {"jwt": {"public_key": pem, "audience": "bench"}},
+            {"authorization": f"Bearer {rs}"},
+        ),
         (
             "jwt RS256 (JWKS, cached)",
-            {"jwt": {"jwks_url": "https://idp.invalid/jwks"}},
+            {"jwt": {"jwks_url": "https://idp.invalid/jwks", "audience": "bench"}},
             {"authorization": f"Bearer {rs}"},
         ),
         (
@@ -154,6 +166,12 @@ async def bench_server(directory: Path) -> list[tuple[str, float]]:
             {"x-api-key": api_key},
         ),
     ]
+    from app.guard import RouteGuardMiddleware
+
+    async def no_refusal(self: Any, scope: Any) -> None:
+        return None
+
+    guarded = RouteGuardMiddleware._refusal
     async with in_process_server() as app:
         timed: list[Case] = []
         for index, (name, auth, headers) in enumerate(cases):
@@ -163,7 +181,70 @@ async def bench_server(directory: Path) -> list[tuple[str, float]]:
                 return await client.threads.search(limit=1)
 
             timed.append((name, _config(directory, f"server{index}", auth), call))
-        return await _interleaved(timed, calls=40)
+        jwt_client = asgi_client(app, headers={"Authorization": f"Bearer {token}"})
+
+        async def unguarded() -> Any:
+            RouteGuardMiddleware._refusal = no_refusal  # type: ignore[method-assign]
+            try:
+                return await jwt_client.threads.search(limit=1)
+            finally:
+                RouteGuardMiddleware._refusal = guarded  # type: ignore[method-assign]
+
+        timed.append(
+            (
+                "jwt HS256, route guard bypassed",
+                _config(directory, "server-unguarded", cases[1][1]),
+                unguarded,
+            )
+        )
+        searches = await _interleaved(timed, calls=40)
+        runs = await _bench_run_cap(app, directory, token)
+    return searches + runs
+
+
+async def _bench_run_cap(app: Any, directory: Path, token: str) -> list[tuple[str, float]]:
+    from tests.support.server import asgi_client
+
+    client = asgi_client(app, headers={"Authorization": f"Bearer {token}"})
+    hi: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}]}
+    busy = [(await client.threads.create())["thread_id"] for _ in range(5)]
+    idle = (await client.threads.create())["thread_id"]
+    held: list[tuple[str, str]] = []
+
+    def config(name: str, cap: int) -> Path:
+        return write_config(
+            directory,
+            [ai_text("x")],
+            filename=f"{name}.yaml",
+            auth={"jwt": {"secret": SECRET}},
+            runs={"max_active_per_user": cap},
+        )
+
+    async def create() -> Any:
+        run = await client.runs.create(
+            idle, "lead_agent", input=hi, after_seconds=3600, multitask_strategy="enqueue"
+        )
+        await client.runs.cancel(idle, run["run_id"], action="rollback", wait=True)
+
+    async def create_while_busy() -> Any:
+        if not held:
+            for thread in busy:
+                run = await client.runs.create(thread, "lead_agent", input=hi, after_seconds=3600)
+                held.append((thread, run["run_id"]))
+        await create()
+
+    async def create_idle() -> Any:
+        while held:
+            thread, run_id = held.pop()
+            await client.runs.cancel(thread, run_id, action="rollback", wait=True)
+        await create()
+
+    cases: list[Case] = [
+        ("run created, cap off", config("cap0", 0), create_idle),
+        ("run created, cap 10, no other runs", config("cap10", 10), create_idle),
+        ("run created, cap 10, 5 other queued runs", config("cap10b", 10), create_while_busy),
+    ]
+    return await _interleaved(cases, calls=20)
 
 
 def _table(title: str, rows: list[tuple[str, float]]) -> str:
@@ -171,7 +252,7 @@ def _table(title: str, rows: list[tuple[str, float]]) -> str:
     lines = [
         f"### {title}",
         "",
-        "| case | µs per call (best of 9 batches) | ratio to mode none |",
+        f"| case | µs per call (best of 9 batches) | ratio to {rows[0][0]} |",
         "| --- | ---: | ---: |",
     ]
     lines += [f"| {name} | {value:,.1f} | {value / base:.2f}x |" for name, value in rows]
@@ -194,7 +275,14 @@ async def main() -> None:
             "ratios, not the absolute numbers). The server rows time `POST /threads/search` "
             "end to end through the in-process LangGraph Server over ASGI.",
             _table("The authenticate handler alone", handler),
-            _table("A full request through the in-process server", server),
+            _table(
+                "A full request through the in-process server",
+                [row for row in server if not row[0].startswith("run created")],
+            ),
+            _table(
+                "Creating a run, with the per-user run cap",
+                [row for row in server if row[0].startswith("run created")],
+            ),
         ]
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -279,6 +279,18 @@ class JwtAuthConfig(_Section):
         return result
 
     @model_validator(mode="after")
+    def _audience_with_public_keys(self) -> JwtAuthConfig:
+        # An IdP's keys sign tokens for many applications: without an audience,
+        # any token it issued for another app would be accepted here.
+        if (self.public_key or self.jwks_url) and not self.audience:
+            raise ValueError(
+                "jwt.audience is required with jwt.public_key or jwt.jwks_url "
+                "(env DEERFLOW_AUTH_JWT_AUDIENCE): tokens the identity provider issues "
+                "for other applications must not be accepted"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _algorithms_match_keys(self) -> JwtAuthConfig:
         for alg in self.algorithms or []:
             if alg in _HMAC_ALGORITHMS:
@@ -614,6 +626,26 @@ class SubagentsRemoteConfig(_Section):
     )
     graph_id: str = Field(default="subagent", min_length=1)
 
+    @field_validator("url")
+    @classmethod
+    def _https_unless_loopback(cls, value: str | None) -> str | None:
+        # The delegation token (a bearer credential for the user) travels to it.
+        if value is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        host = (parts.hostname or "").lower()
+        loopback = host in ("localhost", "::1") or host.startswith("127.")
+        if parts.scheme == "https" and host:
+            return value
+        if parts.scheme == "http" and loopback:
+            return value
+        raise ValueError(
+            "must be an https:// URL (plain http only for localhost/127.0.0.1/::1): "
+            "a delegation token is sent to it"
+        )
+
 
 class SubagentsConfig(_Section):
     """Delegation to subagents through the ``task`` tool.
@@ -848,6 +880,17 @@ class SafetyFinishReasonConfig(_Section):
     )
 
 
+class RunsConfig(_Section):
+    """Admission limits for runs, decided when a run is created."""
+
+    max_active_per_user: int = Field(
+        default=10,
+        ge=0,
+        le=100_000,
+        description="pending + running runs one user may have at once (429 beyond); 0 = no cap",
+    )
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -874,6 +917,7 @@ class Settings(_Section):
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
     clarification: ClarificationConfig = Field(default_factory=ClarificationConfig)
+    runs: RunsConfig = Field(default_factory=RunsConfig)
 
     @field_validator("models")
     @classmethod
@@ -907,6 +951,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),
     "DEERFLOW_AUTH_JWT_SECRET": ("auth", "jwt", "secret"),
     "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),
+    "DEERFLOW_AUTH_JWT_AUDIENCE": ("auth", "jwt", "audience"),
     "DEERFLOW_SANDBOX_USE": ("sandbox", "use"),
     "DEERFLOW_K8S_NAMESPACE": ("sandbox", "kubernetes", "namespace"),
     "DEERFLOW_K8S_IMAGE": ("sandbox", "kubernetes", "image"),

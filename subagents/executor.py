@@ -19,6 +19,7 @@ import contextvars
 import importlib
 import logging
 import sys
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -356,12 +357,13 @@ class RemoteRunner(SubagentRunner):
         self._settings = settings
         self._client_factory = client_factory
 
-    def _headers(self, spec: TaskSpec, parent: ParentContext) -> dict[str, str]:
+    def _headers(self, spec: TaskSpec, parent: ParentContext, thread_id: str) -> dict[str, str]:
         identity = parent.identity()
         if identity is None:
             return {}
         token = mint_delegation_token(
             identity,
+            thread_ids=[thread_id],
             ttl_seconds=spec.timeout_seconds + 120,
             permissions=parent.permissions,
             roles=parent.roles,
@@ -396,17 +398,25 @@ class RemoteRunner(SubagentRunner):
         return LangGraphClient(http)
 
     async def run(self, spec: TaskSpec, parent: ParentContext, track: TaskTrack) -> None:
-        client = self._client(self._headers(spec, parent))
+        # The child thread's id is chosen here so the delegation token can be
+        # bound to it (it may act on that thread only).
+        thread_id = str(uuid.uuid4())
+        client = self._client(self._headers(spec, parent, thread_id))
         try:
-            await self._run(client, spec, parent, track)
+            await self._run(client, spec, parent, track, thread_id)
         finally:
             await client.aclose()
 
     async def _run(
-        self, client: LangGraphClient, spec: TaskSpec, parent: ParentContext, track: TaskTrack
+        self,
+        client: LangGraphClient,
+        spec: TaskSpec,
+        parent: ParentContext,
+        track: TaskTrack,
+        thread_id: str,
     ) -> None:
         metadata = {k: v for k, v in spec.link_metadata(parent).items() if v is not None}
-        thread = await client.threads.create(metadata=metadata)
+        thread = await client.threads.create(metadata=metadata, thread_id=thread_id)
         thread_id = str(thread["thread_id"])
         track.link(child_thread_id=thread_id)
         context: dict[str, Any] = {"subagent_type": spec.subagent_type.name}

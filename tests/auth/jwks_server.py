@@ -19,9 +19,13 @@ def jwk(private: Any, kid: str) -> dict[str, Any]:
     return {**data, "kid": kid, "use": "sig", "alg": "RS256"}
 
 
-def sign(private: Any, kid: str, sub: str = "alice") -> str:
+AUDIENCE = "deerflow-api"
+
+
+def sign(private: Any, kid: str, sub: str = "alice", aud: str = AUDIENCE) -> str:
     now = int(time.time())
-    return jwt.encode({"sub": sub, "exp": now + 300}, private, "RS256", headers={"kid": kid})
+    claims = {"sub": sub, "exp": now + 300, "aud": aud}
+    return jwt.encode(claims, private, "RS256", headers={"kid": kid})
 
 
 KEY_A = rsa.generate_private_key(public_exponent=65537, key_size=2048)

@@ -57,7 +57,11 @@ def test_jwt_secret_env_alone_selects_jwt(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_jwks_url_env_selects_jwt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEERFLOW_AUTH_JWKS_URL", "https://idp.test/.well-known/jwks.json")
+    with pytest.raises(ConfigError, match=r"jwt\.audience is required"):
+        load(tmp_path)
+    monkeypatch.setenv("DEERFLOW_AUTH_JWT_AUDIENCE", "deerflow-api")
     config = load(tmp_path)
+    assert config.jwt.audience == ["deerflow-api"]
     assert config.effective_mode == "jwt"
     assert config.jwt.jwks_url == "https://idp.test/.well-known/jwks.json"
     assert config.jwt.allowed_algorithms() == ["RS256", "ES256"]
@@ -78,8 +82,13 @@ def test_public_key_and_jwks_select_jwt_with_asymmetric_algorithms(tmp_path: Pat
     assert config.effective_mode == "jwt"
     assert config.jwt.allowed_algorithms() == ["RS256", "ES256"]
     assert config.jwt.audience == ["api"]
-    config = load(tmp_path, {"jwt": {"jwks_url": "https://idp.test/jwks", "secret": SECRET}})
+    config = load(
+        tmp_path, {"jwt": {"jwks_url": "https://idp.test/jwks", "secret": SECRET, "audience": "a"}}
+    )
     assert config.jwt.allowed_algorithms() == ["HS256", "RS256", "ES256"]
+    for keys in ({"public_key": PEM}, {"jwks_url": "https://idp.test/jwks", "secret": SECRET}):
+        with pytest.raises(ConfigError, match=r"jwt\.audience is required"):
+            load(tmp_path, {"jwt": keys})
 
 
 @pytest.mark.parametrize(
@@ -100,7 +109,7 @@ def test_public_key_and_jwks_select_jwt_with_asymmetric_algorithms(tmp_path: Pat
             "algorithms: RS256 needs jwt.public_key or jwt.jwks_url",
         ),
         (
-            {"jwt": {"public_key": PEM, "algorithms": ["HS256"]}},
+            {"jwt": {"public_key": PEM, "audience": "a", "algorithms": ["HS256"]}},
             "algorithms: HS256 needs jwt.secret",
         ),
         (

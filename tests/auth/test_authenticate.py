@@ -14,7 +14,7 @@ from langgraph_sdk import get_client
 from auth.api_keys import hash_api_key
 from auth.jwks import jwks_cache
 from tests.auth.conftest import OTHER_SECRET, SECRET, bearer, token
-from tests.auth.jwks_server import KEY_A, KEY_B, JwksServer, sign
+from tests.auth.jwks_server import AUDIENCE, KEY_A, KEY_B, JwksServer, sign
 
 pytestmark = pytest.mark.server
 
@@ -206,10 +206,12 @@ async def test_jwks_keys_through_the_server(
 ) -> None:
     jwks_cache.clear()
     with JwksServer() as jwks:
-        configure(auth={"jwt": {"jwks_url": jwks.url, "issuer": "https://idp.test"}})
+        configure(
+            auth={"jwt": {"jwks_url": jwks.url, "issuer": "https://idp.test", "audience": AUDIENCE}}
+        )
         now = int(time.time())
         good = jwt.encode(
-            {"sub": "erin", "iss": "https://idp.test", "exp": now + 60},
+            {"sub": "erin", "iss": "https://idp.test", "exp": now + 60, "aud": AUDIENCE},
             KEY_A,
             "RS256",
             headers={"kid": "a"},

@@ -11,7 +11,7 @@ import pytest
 from auth.jwks import JwksCache, JwksError, fetch_jwks, jwks_cache
 from auth.tokens import CredentialError, verify_token
 from runtime.config import JwtAuthConfig
-from tests.auth.jwks_server import KEY_A, KEY_B, JwksServer, jwk, sign
+from tests.auth.jwks_server import AUDIENCE, KEY_A, KEY_B, JwksServer, jwk, sign
 
 
 @pytest.fixture
@@ -23,14 +23,14 @@ def server() -> Iterator[JwksServer]:
 
 
 async def test_fetches_over_http_and_verifies(server: JwksServer) -> None:
-    config = JwtAuthConfig(jwks_url=server.url)
+    config = JwtAuthConfig(jwks_url=server.url, audience=[AUDIENCE])
     assert (await verify_token(sign(KEY_A, "a"), config)).identity == "alice"
     assert (await verify_token(sign(KEY_A, "a", "bob"), config)).identity == "bob"
     assert server.hits == 1  # cached
 
 
 async def test_rotation_and_unknown_kid(server: JwksServer) -> None:
-    config = JwtAuthConfig(jwks_url=server.url)
+    config = JwtAuthConfig(jwks_url=server.url, audience=[AUDIENCE])
     cache = JwksCache(min_refresh_seconds=0)
     assert (await verify_token(sign(KEY_A, "a"), config, cache=cache)).identity
     server.document = {"keys": [jwk(KEY_A, "a"), jwk(KEY_B, "b")]}

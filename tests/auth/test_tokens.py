@@ -102,15 +102,23 @@ async def test_signature_and_algorithm_checks() -> None:
 
 
 async def test_public_keys_rs256_and_es256() -> None:
-    rsa_config = jwt_config(public_key=pem(RSA_KEY))
-    assert (await verify_token(jwt.encode(claims(), RSA_KEY, "RS256"), rsa_config)).identity
+    rsa_config = jwt_config(public_key=pem(RSA_KEY), audience="api")
+    assert (
+        await verify_token(jwt.encode(claims(aud="api"), RSA_KEY, "RS256"), rsa_config)
+    ).identity
+    # Another application's token from the same identity provider is refused.
+    foreign = jwt.encode(claims(aud="other-app"), RSA_KEY, "RS256")
+    assert await reason(foreign, rsa_config) == "invalid audience"
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    assert await reason(jwt.encode(claims(), other, "RS256"), rsa_config) == "invalid signature"
+    assert (
+        await reason(jwt.encode(claims(aud="api"), other, "RS256"), rsa_config)
+        == "invalid signature"
+    )
     # HS256 signed with the public key text (the classic confusion attack) is refused.
     confused = hs256_signed_with(pem(RSA_KEY).encode(), {"sub": "admin", "exp": 9999999999})
     assert await reason(confused, rsa_config) == "unsupported token algorithm"
-    ec_config = jwt_config(public_key=pem(EC_KEY))
-    assert (await verify_token(jwt.encode(claims(), EC_KEY, "ES256"), ec_config)).identity
+    ec_config = jwt_config(public_key=pem(EC_KEY), audience="api")
+    assert (await verify_token(jwt.encode(claims(aud="api"), EC_KEY, "ES256"), ec_config)).identity
 
 
 async def test_issuer_audience_and_identity_claim() -> None:

@@ -114,13 +114,21 @@ def test_invalid_custom_types_fail_config_loading(
 
 def test_environment_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEERFLOW_SUBAGENTS_EXECUTION", "remote")
-    monkeypatch.setenv("DEERFLOW_SUBAGENTS_URL", "http://agents.internal:8123")
+    monkeypatch.setenv("DEERFLOW_SUBAGENTS_URL", "https://agents.internal:8123")
     monkeypatch.setenv("DEERFLOW_SUBAGENTS_ENABLED", "false")
     settings = settings_with(tmp_path)
     subagents = settings.subagents  # type: ignore[attr-defined]
     assert subagents.execution == "remote"
-    assert subagents.remote.url == "http://agents.internal:8123"
+    assert subagents.remote.url == "https://agents.internal:8123"
     assert subagents.enabled is False
+    # The delegation token travels to it: plain http only on loopback.
+    monkeypatch.setenv("DEERFLOW_SUBAGENTS_URL", "http://127.0.0.1:8123")
+    assert settings_with(tmp_path).subagents.remote.url == "http://127.0.0.1:8123"  # type: ignore[attr-defined]
+    for url in ("http://agents.internal:8123", "ftp://x", "https://"):
+        monkeypatch.setenv("DEERFLOW_SUBAGENTS_URL", url)
+        with pytest.raises(ConfigError, match="https"):
+            settings_with(tmp_path)
+    monkeypatch.setenv("DEERFLOW_SUBAGENTS_URL", "https://agents.internal:8123")
     monkeypatch.setenv("DEERFLOW_SUBAGENTS_EXECUTION", "carrier-pigeon")
     with pytest.raises(ConfigError, match=r"subagents\.execution"):
         settings_with(tmp_path)

@@ -90,6 +90,8 @@ def server_env(overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
         "LANGSMITH_LANGGRAPH_API_VARIANT": "local_dev",
         "LANGSERVE_GRAPHS": json.dumps(graphs),
         "LANGGRAPH_ALLOW_BLOCKING": "false",
+        # As `langgraph dev` sets it (Private Network Access preflights).
+        "ALLOW_PRIVATE_NETWORK": "true",
         "LANGSMITH_TRACING": "false",
         "LANGGRAPH_CLI_NO_ANALYTICS": "1",
         "LANGGRAPH_NO_VERSION_CHECK": "true",
@@ -99,6 +101,7 @@ def server_env(overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
         ("http", "LANGGRAPH_HTTP"),
         ("checkpointer", "LANGGRAPH_CHECKPOINTER"),
         ("store", "LANGGRAPH_STORE"),
+        ("webhooks", "LANGGRAPH_WEBHOOKS"),
     ):
         if config.get(section):
             env[variable] = json.dumps(_absolute_paths(config[section]))

@@ -36,6 +36,7 @@ __all__ = [
     "PROJECT_ROOT",
     "ApiKeyEntry",
     "AuthConfig",
+    "AuthorizationConfig",
     "CircuitBreakerConfig",
     "ConfigError",
     "DatabaseConfig",
@@ -44,6 +45,8 @@ __all__ = [
     "DynamicContextConfig",
     "ExtensionMiddlewareConfig",
     "ExtensionsConfig",
+    "GuardrailRuleConfig",
+    "GuardrailsConfig",
     "JwtAuthConfig",
     "KubernetesSandboxConfig",
     "LLMErrorHandlingConfig",
@@ -58,6 +61,7 @@ __all__ = [
     "SubagentsConfig",
     "TitleConfig",
     "ToolConfig",
+    "ToolProgressConfig",
     "ToolOutputConfig",
     "VerificationConfig",
     "aget_settings",
@@ -836,6 +840,87 @@ class SafetyFinishReasonConfig(_Section):
     )
 
 
+_PERMISSION = re.compile(r"^(\*|[a-z_]+:(\*|[A-Za-z0-9_.:/@+-]+))$")
+
+
+class AuthorizationConfig(_Section):
+    """Who may use which tools, models and the sandbox (GuardrailMiddleware, slot 11).
+
+    Off by default. When on, nothing is allowed without a permission that grants
+    it: ``tool:<name>``, ``tool:*``, ``model:<name>``, ``model:*``,
+    ``sandbox:execute`` or ``*``.
+    """
+
+    enabled: bool = False
+    use: str | None = Field(
+        default=None, description="module:Class of a custom AuthorizationProvider"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments for the custom provider"
+    )
+    roles: dict[str, list[str]] = Field(
+        default_factory=dict, description="role -> permissions (the built-in role policy)"
+    )
+    default_role: str | None = Field(default=None, description="the role of users with none")
+    fail_closed: bool = Field(
+        default=False,
+        description="a run asking for a model it may not use fails instead of falling back",
+    )
+
+    @model_validator(mode="after")
+    def _policy(self) -> AuthorizationConfig:
+        if self.default_role is not None and self.default_role not in self.roles:
+            raise ValueError(f"default_role: {self.default_role!r} is not one of roles")
+        for role, permissions in self.roles.items():
+            for permission in permissions:
+                if not _PERMISSION.fullmatch(permission):
+                    raise ValueError(
+                        f"roles.{role}: {permission!r} is not a permission "
+                        "(like tool:bash, model:*, sandbox:execute or *)"
+                    )
+        return self
+
+
+class GuardrailRuleConfig(_Section):
+    """One built-in guardrail rule: a denied argument pattern and/or a per-run call cap."""
+
+    tool: str = Field(default="*", min_length=1, description="a tool name, or * for every tool")
+    deny_pattern: str | None = Field(
+        default=None, description="regex searched in the call's arguments"
+    )
+    max_calls_per_run: int | None = Field(default=None, ge=0)
+    reason: str | None = Field(default=None, description="shown to the model when denied")
+
+    @model_validator(mode="after")
+    def _something(self) -> GuardrailRuleConfig:
+        if self.deny_pattern is None and self.max_calls_per_run is None:
+            raise ValueError("a rule needs deny_pattern or max_calls_per_run")
+        if self.deny_pattern is not None:
+            try:
+                re.compile(self.deny_pattern)
+            except re.error as exc:
+                raise ValueError(f"deny_pattern: not a valid regex ({exc})") from None
+        return self
+
+
+class GuardrailsConfig(_Section):
+    """Guardrails on every tool call, for every user (GuardrailMiddleware, slot 11)."""
+
+    enabled: bool = False
+    use: str | None = Field(default=None, description="module:Class of a GuardrailProvider")
+    options: dict[str, Any] = Field(default_factory=dict)
+    rules: list[GuardrailRuleConfig] = Field(default_factory=list)
+
+
+class ToolProgressConfig(_Section):
+    """ToolProgressMiddleware (14): stop a run from grinding on a failing tool."""
+
+    enabled: bool = False
+    retryable_failures_to_block: int = Field(
+        default=3, ge=1, description="consecutive retryable failures of one tool that block it"
+    )
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -861,6 +946,9 @@ class Settings(_Section):
     llm_error_handling: LLMErrorHandlingConfig = Field(default_factory=LLMErrorHandlingConfig)
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
+    authorization: AuthorizationConfig = Field(default_factory=AuthorizationConfig)
+    guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
+    tool_progress: ToolProgressConfig = Field(default_factory=ToolProgressConfig)
 
     @field_validator("models")
     @classmethod

@@ -130,36 +130,34 @@ class ToolProgressMiddleware(AgentMiddleware[Any, Any]):
 
     # --- state -------------------------------------------------------------
 
-    def _progress(self, hook: str) -> _Progress:
-        """This run's progress; a new run on the thread resets (and reports) old state."""
+    def _progress(self, hook: str, *, fresh: bool = False) -> _Progress:
+        """This run's progress. ``fresh`` (a new invocation) or a new run id starts over,
+        and a reset of warned or blocked state is reported."""
         thread_id, run_id = current_run_key()
-        events: list[dict[str, Any]] = []
+        reset = False
         with self._lock:
             progress = self._threads.get(thread_id)
-            if progress is None or progress.run_id != run_id:
-                if progress is not None and (
-                    progress.blocked_calls
+            if fresh or progress is None or progress.run_id != run_id:
+                reset = progress is not None and (
+                    bool(progress.blocked_calls)
                     or any(phase != "ok" for phase in progress.phase.values())
-                ):
-                    events.append(
-                        {"tool": None, "phase": "reset", "action": "reset", "count": None}
-                    )
+                )
                 progress = _Progress(run_id=run_id)
                 self._threads[thread_id] = progress
                 while len(self._threads) > _MAX_THREADS:
                     self._threads.popitem(last=False)
             else:
                 self._threads.move_to_end(thread_id)
-        for event in events:
-            self._emit(event, hook)
+        if reset:
+            self._emit({"tool": None, "phase": "reset", "action": "reset", "count": None}, hook)
         return progress
 
     def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self._progress("before_agent")
+        self._progress("before_agent", fresh=True)
         return None
 
     async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self._progress("abefore_agent")
+        self._progress("abefore_agent", fresh=True)
         return None
 
     @staticmethod

@@ -38,12 +38,12 @@ async def run(
     chat, key = model(script)
     agent = make_agent(chat, [echo, bash], middleware=[middleware, ToolErrorHandlingMiddleware()])
     user = {"identity": "alice", "roles": roles or []}
-    config = {"configurable": {"thread_id": uuid.uuid4().hex, "langgraph_auth_user": user}}
+    config: Any = {"configurable": {"thread_id": uuid.uuid4().hex, "langgraph_auth_user": user}}
     events: list[dict[str, Any]] = []
     messages: list[Any] = []
     async for mode, data in agent.astream(
         {"messages": [HumanMessage("go")]},
-        config,  # type: ignore[arg-type]
+        config,
         stream_mode=["custom", "values"],
         context=context,
     ):

@@ -35,12 +35,12 @@ async def run(
     agent = make_agent(
         model, [flaky, lookup, unsupported], middleware=[middleware, ToolErrorHandlingMiddleware()]
     )
-    config = {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
+    config: Any = {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
     events: list[dict[str, Any]] = []
     messages: list[Any] = []
     async for mode, data in agent.astream(
         {"messages": [HumanMessage("go")]},
-        config,  # type: ignore[arg-type]
+        config,
         stream_mode=["custom", "values"],
     ):
         if mode == "custom":

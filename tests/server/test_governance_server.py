@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from langchain_core.messages import ToolMessage
 
 from auth.tokens import mint_token
 from runtime.recording_model import recorded_calls
@@ -270,7 +271,7 @@ async def test_a_subagent_inherits_the_parents_principal_and_cannot_widen_it(
 
     first, second = recorded_calls(keys["worker"])
     assert "bash" not in first.tools and "read_file" in first.tools
-    denied = [m for m in second.messages if m.type == "tool" and m.name == "bash"]
+    denied = [m for m in second.messages if isinstance(m, ToolMessage) and m.name == "bash"]
     assert denied and denied[0].status == "error"
     assert denied[0].additional_kwargs["deerflow_tool_meta"]["error_type"] == "permission_denied"
     (task_result,) = tool_messages(values)

@@ -32,7 +32,7 @@ async def run(
     run_id: str,
 ) -> tuple[list[ToolMessage], list[dict[str, Any]]]:
     model = ScriptedChatModel.model_validate({"script": script})
-    agent = make_agent(
+    agent: Any = make_agent(
         model, [flaky, lookup, unsupported], middleware=[middleware, ToolErrorHandlingMiddleware()]
     )
     config: Any = {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}

@@ -36,7 +36,9 @@ async def run(
     context: dict[str, Any] | None = None,
 ) -> tuple[list[Any], list[dict[str, Any]], str]:
     chat, key = model(script)
-    agent: Any = make_agent(chat, [echo, bash], middleware=[middleware, ToolErrorHandlingMiddleware()])
+    agent: Any = make_agent(
+        chat, [echo, bash], middleware=[middleware, ToolErrorHandlingMiddleware()]
+    )
     user = {"identity": "alice", "roles": roles or []}
     config: Any = {"configurable": {"thread_id": uuid.uuid4().hex, "langgraph_auth_user": user}}
     events: list[dict[str, Any]] = []

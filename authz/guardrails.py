@@ -4,8 +4,8 @@
 ``RuleGuardrailProvider`` is the built-in rule set from ``guardrails.rules``:
 
 - ``{tool: bash, deny_pattern: "rm\\s+-rf"}``: deny a call whose arguments match
-  (the regex is searched in every string argument and in the canonical JSON of
-  all arguments, at most ``MAX_MATCH_CHARS`` of each);
+  (the regex is searched in every string argument, nested ones included, at
+  most ``MAX_MATCH_CHARS`` of each);
 - ``{tool: web_fetch, max_calls_per_run: 5}``: deny calls past the fifth in a run.
 
 ``GuardrailAuthorizationAdapter`` presents an ``AuthorizationProvider`` as a
@@ -15,8 +15,6 @@ one ordered list in GuardrailMiddleware: authorization first, then the rules.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -147,11 +145,9 @@ class RuleGuardrailProvider:
         # (run key) -> (rule label) -> calls allowed so far; bounded, oldest runs dropped.
         self._counts: OrderedDict[tuple[str, str], dict[str, int]] = OrderedDict()
 
-    def _matches(self, rule: _Rule, args: Mapping[str, Any]) -> bool:
+    @staticmethod
+    def _matches(rule: _Rule, texts: list[str]) -> bool:
         assert rule.pattern is not None
-        texts = [s[:MAX_MATCH_CHARS] for s in _strings(args)]
-        with contextlib.suppress(TypeError, ValueError):
-            texts.append(json.dumps(args, sort_keys=True, default=str)[:MAX_MATCH_CHARS])
         return any(rule.pattern.search(text) for text in texts)
 
     def _run_counts(self, run_key: tuple[str, str]) -> dict[str, int]:
@@ -164,12 +160,19 @@ class RuleGuardrailProvider:
 
     def evaluate(self, request: GuardrailRequest) -> GuardrailDecision:
         args = request.args if isinstance(request.args, Mapping) else {}
+        texts: list[str] | None = None
         counted: list[str] = []
         counts = self._run_counts(request.run_key)
         for rule in self._rules:
             if not rule.applies(request.tool_name):
                 continue
-            if rule.pattern is not None and self._matches(rule, args):
+            if rule.pattern is not None:
+                if texts is None:
+                    texts = [text[:MAX_MATCH_CHARS] for text in _strings(args)]
+                matched = self._matches(rule, texts)
+            else:
+                matched = False
+            if matched:
                 reason = rule.reason or "arguments match a denied pattern"
                 return GuardrailDecision(False, rule=rule.label, reason=reason, provider=self.name)
             if rule.max_calls is not None:

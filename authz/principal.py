@@ -21,6 +21,13 @@ from auth.identity import make_safe_user_id, principal_of
 
 __all__ = ["Principal", "build_principal_from_context"]
 
+# id(server user object) -> (that object, its principal). The object is kept and
+# compared by identity, so a reused id never returns another user's principal.
+# The server builds one user object per request, so this saves the rebuild on
+# every tool and model call of a run.
+_MAX_CACHED = 1024
+_cache: dict[tuple[int, bool], tuple[Any, Principal]] = {}
+
 
 @dataclass(frozen=True)
 class Principal:
@@ -87,6 +94,21 @@ def build_principal_from_context(source: Any, *, internal: bool = False) -> Prin
     ``internal`` marks a principal built for a subagent by the host itself.
     """
     user = _server_user(source)
+    if user is None:
+        return _INTERNAL_LOCAL if internal else _LOCAL
+    if user is not None:
+        cached = _cache.get((id(user), internal))
+        if cached is not None and cached[0] is user:
+            return cached[1]
+    principal = _build(user, internal)
+    if user is not None:
+        if len(_cache) >= _MAX_CACHED:
+            _cache.clear()
+        _cache[(id(user), internal)] = (user, principal)
+    return principal
+
+
+def _build(user: Any, internal: bool) -> Principal:
     owner = principal_of(user) if user is not None else None
     delegated = bool(_field(user, "delegated_subagent") or _field(user, "is_delegated_subagent"))
     return Principal(
@@ -96,3 +118,7 @@ def build_principal_from_context(source: Any, *, internal: bool = False) -> Prin
         is_internal=internal or delegated,
         auth_mode=_field(user, "auth_mode") if user is not None else None,
     )
+
+
+_LOCAL = _build(None, False)
+_INTERNAL_LOCAL = _build(None, True)

@@ -51,6 +51,7 @@ __all__ = ["GUARDRAIL_EVENT", "GuardrailMiddleware"]
 logger = logging.getLogger("deerflow.authz.audit")
 
 GUARDRAIL_EVENT = "middleware:guardrail_decision"
+_MAX_CACHED_VIEWS = 512
 ToolResult = ToolMessage | Command[Any]
 
 
@@ -92,6 +93,8 @@ class GuardrailMiddleware(AgentMiddleware[Any, Any]):
         if authorizer is None and guardrail is None:
             raise ValueError("GuardrailMiddleware needs an authorizer or a guardrail")
         self._authorizer = authorizer
+        # (principal, offered tool names) -> names it may see; decisions are pure per policy.
+        self._visible: dict[tuple[Principal, tuple[str | None, ...]], frozenset[str]] = {}
         gates: list[Any] = []
         if authorizer is not None:
             exempt = ("tool_search",) if deferred_tool_search else ()
@@ -112,12 +115,20 @@ class GuardrailMiddleware(AgentMiddleware[Any, Any]):
         if self._authorizer is None or not request.tools:
             return request
         principal = build_principal_from_context(request.runtime)
-        kept = [
-            tool
-            for tool in request.tools
-            if (name := _tool_name(tool)) is None
-            or self._authorizer.authorize(principal, "tool", "use", name).allowed
-        ]
+        names = tuple(_tool_name(tool) for tool in request.tools)
+        key = (principal, names)
+        allowed = self._visible.get(key)
+        if allowed is None:
+            allowed = frozenset(
+                name
+                for name in names
+                if name is not None
+                and self._authorizer.authorize(principal, "tool", "use", name).allowed
+            )
+            if len(self._visible) >= _MAX_CACHED_VIEWS:
+                self._visible.clear()
+            self._visible[key] = allowed
+        kept = [t for t, n in zip(request.tools, names, strict=True) if n is None or n in allowed]
         if len(kept) == len(request.tools):
             return request
         return request.override(tools=kept)
@@ -195,7 +206,8 @@ class GuardrailMiddleware(AgentMiddleware[Any, Any]):
         publish_outcome(request.runtime, gr.run_key, outcome)
         record = _audit_record(gr.principal, gr, d)
         level = logging.INFO if d.allowed else logging.WARNING
-        logger.log(level, "authorization %s", json.dumps(record, sort_keys=True))
+        if logger.isEnabledFor(level):
+            logger.log(level, "authorization %s", json.dumps(record, sort_keys=True))
         emit_event({"type": GUARDRAIL_EVENT, **record})
 
     @staticmethod

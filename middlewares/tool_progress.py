@@ -169,9 +169,13 @@ class ToolProgressMiddleware(AgentMiddleware[Any, Any]):
 
     # --- decisions ---------------------------------------------------------
 
-    def _blocked(self, progress: _Progress, name: str, call_hash: str) -> bool:
+    def _blocked(self, progress: _Progress, name: str, args: Any) -> bool:
         with self._lock:
-            return progress.phase.get(name) == "blocked" or call_hash in progress.blocked_calls
+            if progress.phase.get(name) == "blocked":
+                return True
+            if not progress.blocked_calls:
+                return False
+        return _call_hash(name, args) in progress.blocked_calls
 
     def _observe(
         self,
@@ -179,7 +183,6 @@ class ToolProgressMiddleware(AgentMiddleware[Any, Any]):
         request: ToolCallRequest,
         result: ToolResult,
         name: str,
-        call_hash: str,
         hook: str,
     ) -> ToolResult:
         call_id = str(request.tool_call.get("id") or "")
@@ -202,7 +205,7 @@ class ToolProgressMiddleware(AgentMiddleware[Any, Any]):
                     progress.phase[name] = "ok"
                     event = {"phase": "ok", "action": "recovered", "count": None}
             elif error_type in STOP:
-                progress.blocked_calls.add(call_hash)
+                progress.blocked_calls.add(_call_hash(name, request.tool_call.get("args")))
                 event = {"phase": "blocked", "action": "block_call", "count": None}
                 hint = "This exact call will not be run again in this run."
             else:
@@ -258,12 +261,11 @@ class ToolProgressMiddleware(AgentMiddleware[Any, Any]):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
         name = str(request.tool_call.get("name") or "")
-        call_hash = _call_hash(name, request.tool_call.get("args"))
         progress = self._progress("wrap_tool_call")
-        if self._blocked(progress, name, call_hash):
+        if self._blocked(progress, name, request.tool_call.get("args")):
             return self._refused(request, name)
         result = handler(request)
-        return self._observe(progress, request, result, name, call_hash, "wrap_tool_call")
+        return self._observe(progress, request, result, name, "wrap_tool_call")
 
     async def awrap_tool_call(
         self,
@@ -271,9 +273,8 @@ class ToolProgressMiddleware(AgentMiddleware[Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
         name = str(request.tool_call.get("name") or "")
-        call_hash = _call_hash(name, request.tool_call.get("args"))
         progress = self._progress("awrap_tool_call")
-        if self._blocked(progress, name, call_hash):
+        if self._blocked(progress, name, request.tool_call.get("args")):
             return self._refused(request, name)
         result = await handler(request)
-        return self._observe(progress, request, result, name, call_hash, "awrap_tool_call")
+        return self._observe(progress, request, result, name, "awrap_tool_call")

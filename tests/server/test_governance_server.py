@@ -194,8 +194,8 @@ async def test_a_user_without_sandbox_execute_gets_errors_and_no_sandbox_is_crea
         tmp_path,
         big=[
             ai_tools(
-                tool_call("write_file", path="notes.txt", content="x"),
-                tool_call("ls", path="/mnt/user-data/workspace"),
+                tool_call("write_file", description="note", path="notes.txt", content="x"),
+                tool_call("ls", description="list", path="/mnt/user-data/workspace"),
             ),
             ai_text("no sandbox"),
         ],

@@ -50,6 +50,7 @@ def governed_config(
     worker: list[dict[str, Any]] | None = None,
     fail_closed: bool = False,
     rules: list[dict[str, Any]] | None = None,
+    execution: str = "inprocess",
 ) -> tuple[Path, dict[str, str]]:
     keys = {name: f"{name}-{uuid.uuid4().hex}" for name in ("big", "small", "worker")}
     models = [
@@ -78,7 +79,7 @@ def governed_config(
             if rules is not None
             else [{"tool": "bash", "deny_pattern": r"rm\s+-rf", "reason": "no recursive deletes"}],
         },
-        subagents={"enabled": True, "model": "worker"},
+        subagents={"enabled": True, "model": "worker", "execution": execution},
     )
     return path, keys
 
@@ -241,11 +242,16 @@ async def test_a_guardrail_pattern_blocks_admins_too_and_allows_other_commands(
     assert ("allow", "rules", None) in decisions
 
 
+@pytest.mark.parametrize("execution", ["inprocess", "remote"])
 async def test_a_subagent_inherits_the_parents_principal_and_cannot_widen_it(
-    tmp_path: Path, use_config: Callable[[Path], Path], lg_client: Callable[..., Any]
+    tmp_path: Path,
+    use_config: Callable[[Path], Path],
+    lg_client: Callable[..., Any],
+    execution: str,
 ) -> None:
     path, keys = governed_config(
         tmp_path,
+        execution=execution,
         small=[
             ai_tools(
                 tool_call(

@@ -155,12 +155,28 @@ async def _conversation(graph: Any, thread: str, steps: int) -> tuple[float, flo
     return cpu / (steps + 1), wall / (steps + 1)
 
 
-def chain_inputs(data_root: Path) -> ChainInputs:
-    """The default lead run's chain inputs, with a scripted model and data under ``data_root``."""
-    config_path = data_root / "bench-config.yaml"
+# Optional middlewares switched on, one config block per variant row.
+GOVERNANCE = """
+authorization:
+  enabled: true
+  roles: {member: ['tool:*', 'model:*', 'sandbox:execute']}
+  default_role: member
+guardrails:
+  enabled: true
+  rules:
+    - {tool: bash, deny_pattern: 'rm\\s+-rf\\s+/'}
+    - {tool: echo, max_calls_per_run: 1000}
+tool_progress:
+  enabled: true
+"""
+
+
+def chain_inputs(data_root: Path, extra: str = "", name: str = "bench") -> ChainInputs:
+    """A lead run's chain inputs (default config plus ``extra`` YAML), data under ``data_root``."""
+    config_path = data_root / f"{name}-config.yaml"
     config_path.write_text(
         "models:\n  - {name: scripted, use: 'runtime.scripted_model:ScriptedChatModel'}\n"
-        f"data_root: {str(data_root)!r}\n",
+        f"data_root: {str(data_root)!r}\n{extra}",
         encoding="utf-8",
     )
     settings = load_settings(config_path)
@@ -169,12 +185,23 @@ def chain_inputs(data_root: Path) -> ChainInputs:
 
 
 async def measure(
-    rounds: int, steps: int, inputs: ChainInputs
+    rounds: int, steps: int, inputs: ChainInputs, governed: ChainInputs | None = None
 ) -> tuple[list[dict[str, Any]], float]:
     model = ScriptedChatModel.model_validate({"script": _script(steps)})
 
     cases = [
         Case("full", "full lead chain (build_middlewares)", lambda: build_middlewares(inputs)),
+        *(
+            [
+                Case(
+                    "governed",
+                    "full lead chain + authorization, guardrails, tool progress",
+                    lambda: build_middlewares(governed),
+                )
+            ]
+            if governed is not None
+            else []
+        ),
         Case("wrap30", "synthetic: 30 pass-through wrap middlewares", synthetic_wrap30),
         Case("mixed30", "synthetic: 30 pass-through, wrap + before/after_model", synthetic_mixed30),
     ]
@@ -258,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LANGSMITH_TRACING", "false")
     with tempfile.TemporaryDirectory(prefix="deerflow-bench-") as tmp:
         inputs = chain_inputs(Path(tmp))
-        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs))
+        governed = chain_inputs(Path(tmp), GOVERNANCE, name="governed")
+        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs, governed))
     print(_table(rows))
     for r in rows:
         print(f"{r['case']}: naive {r['naive_ratio']:.2f}x, fused {r['fused_ratio']:.2f}x of bare")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -11,6 +12,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
+from authz.principal import build_principal_from_context
+from authz.setup import authorize_model
 from middlewares._fusion import compose_chain
 from middlewares.chain import (
     ChainInputs,
@@ -42,6 +45,14 @@ def build_agent(
     """Build the agent for one run and stamp what it resolved into run metadata."""
     options = resolve_run_options(config)
     resolved = resolve_model_name(settings, options.model_name)
+    # Model authorization (spec: model:use) before anything is built for the run.
+    authorized = authorize_model(
+        settings,
+        build_principal_from_context(config or {}, internal=kind == "subagent"),
+        resolved.entry,
+    )
+    if authorized.entry is not resolved.entry:
+        resolved = dataclasses.replace(resolved, entry=authorized.entry)
     effective = options.effective(subagents_default=settings.subagents.enabled)
     # subagents.enabled is the master switch, and a subagent never delegates further.
     effective["subagent_enabled"] = (
@@ -89,6 +100,12 @@ def build_agent(
     }
     if resolved.warning:
         metadata["model_warning"] = resolved.warning
+    if authorized.fallback_reason:
+        metadata["model_authorization"] = {
+            "requested": authorized.requested,
+            "model_name": authorized.entry.name,
+            "reason": authorized.fallback_reason,
+        }
     if config is not None:
         # LangGraph Server runs the graph with the very config it passed to the
         # factory, and that config's metadata wins over the graph's own. Writing

@@ -37,6 +37,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, TodoListMiddleware
 from langchain_core.runnables import RunnableConfig
 
+from authz.setup import authorizer_for, guardrail_for
 from deerflow_extension_api import AgentBuildContext, AgentScope, HostPolicySnapshot
 from deerflow_extension_api._host import apply_contributions
 from deerflow_extension_api._placement import StackEntry
@@ -45,6 +46,7 @@ from deerflow_extension_api._store import TaskStoreScope
 from middlewares.clarification import ClarificationMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware
+from middlewares.guardrail import GuardrailMiddleware
 from middlewares.input_sanitization import InputSanitizationMiddleware
 from middlewares.llm_error_handling import LLMErrorHandlingMiddleware
 from middlewares.loop_detection import LoopDetectionMiddleware
@@ -62,6 +64,7 @@ from middlewares.thread_data import ThreadDataMiddleware
 from middlewares.title import TitleMiddleware
 from middlewares.tool_error_handling import ToolErrorHandlingMiddleware
 from middlewares.tool_output_budget import ToolOutputBudgetMiddleware
+from middlewares.tool_progress import ToolProgressMiddleware
 from middlewares.tool_receipt import ToolReceiptMiddleware
 from middlewares.tool_result_sanitization import ToolResultSanitizationMiddleware
 from middlewares.uploads import UploadsMiddleware
@@ -335,6 +338,14 @@ def _title(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
     return TitleMiddleware(model=model, max_chars=config.max_chars, redactor=redactor)
 
 
+def _guardrail(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+    authorizer = authorizer_for(inputs.settings)
+    guardrail = guardrail_for(inputs.settings)
+    if authorizer is None and guardrail is None:
+        return None
+    return GuardrailMiddleware(authorizer=authorizer, guardrail=guardrail)
+
+
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
     settings = inputs.settings
     return LLMErrorHandlingMiddleware.from_config(
@@ -352,12 +363,18 @@ FACTORIES: dict[str, Factory] = {
     ),
     "ThreadDataMiddleware": lambda i: ThreadDataMiddleware(i.settings),  # 5
     "UploadsMiddleware": lambda i: UploadsMiddleware(i.settings),  # 6
-    "SandboxMiddleware": lambda i: SandboxMiddleware(i.settings),  # 7
+    "SandboxMiddleware": lambda i: SandboxMiddleware(  # 7
+        i.settings, authorizer=authorizer_for(i.settings)
+    ),
     "DanglingToolCallMiddleware": lambda i: DanglingToolCallMiddleware(),  # 8
     "LLMErrorHandlingMiddleware": _llm_error_handling,  # 9
     "ToolReceiptMiddleware": lambda i: ToolReceiptMiddleware.from_config(i.settings.verification),
+    "GuardrailMiddleware": _guardrail,  # 11
     "SandboxAuditMiddleware": lambda i: SandboxAuditMiddleware(),  # 12
     "ReadBeforeWriteMiddleware": lambda i: ReadBeforeWriteMiddleware.from_settings(i.settings),
+    "ToolProgressMiddleware": lambda i: ToolProgressMiddleware(  # 14
+        retryable_failures_to_block=i.settings.tool_progress.retryable_failures_to_block
+    ),
     "ToolErrorHandlingMiddleware": lambda i: ToolErrorHandlingMiddleware(),  # 15
     "SystemMessageCoalescingMiddleware": lambda i: SystemMessageCoalescingMiddleware(),  # 30
     "SubagentLimitMiddleware": lambda i: SubagentLimitMiddleware(  # 31

@@ -13,6 +13,12 @@
   on, its own receipt: this short-circuit sits outer of ToolReceipt and
   ToolErrorHandling, so neither would see it and the ledger would gap.
 - ``after_agent``: releases the run's sandbox (the provider may keep it warm).
+
+With authorization on, ``sandbox:execute`` is checked before every acquisition
+(spec 7): the eager path skips on deny and leaves the decision to the per-tool
+path, where a denied user's file and shell tools get a
+``SandboxAuthorizationError`` as an error result, and no sandbox (no directory,
+no pod) is ever created for them.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from langgraph.types import Command
 from auth.identity import resolve_runtime_user_id
 from middlewares.tool_receipt import RECEIPT_KEY, make_receipt
 from middlewares.tool_result_meta import normalize_tool_result
+from authz.provider import FailClosedAuthorizer
+from authz.sandbox_gate import check_sandbox_authorization
 from runtime.config import Settings
 from runtime.state import ThreadState
 from sandbox.base import SandboxError, SandboxProvider
@@ -107,9 +115,11 @@ class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
         *,
         lazy_init: bool | None = None,
         provider: SandboxProvider | None = None,
+        authorizer: FailClosedAuthorizer | None = None,
     ) -> None:
         super().__init__()
         self._settings = settings
+        self._authorizer = authorizer
         self.lazy_init = settings.sandbox.lazy_init if lazy_init is None else lazy_init
         self._provider = provider
         self._receipts = settings.verification.receipts_enabled
@@ -133,6 +143,7 @@ class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
         if self.lazy_init:
             return None
         try:
+            await check_sandbox_authorization(self._authorizer, runtime)
             binding = await resolve_binding(self._settings, state, runtime, provider=self.provider)
         except SandboxError as exc:
             logger.warning("eager sandbox acquisition failed (will retry lazily): %s", exc)
@@ -165,12 +176,17 @@ class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
         if not is_sandbox_tool(request.tool):
             return await handler(request)
         try:
+            await check_sandbox_authorization(self._authorizer, request.runtime)
             binding = await resolve_binding(
                 self._settings, request.state, request.runtime, provider=self.provider
             )
         except SandboxError as exc:
+            denied = isinstance(exc, PermissionError)
             return _error_message(
-                request, f"the sandbox is unavailable: {exc}", receipts=self._receipts
+                request,
+                str(exc) if denied else f"the sandbox is unavailable: {exc}",
+                error_type="permission_denied" if denied else "transient",
+                receipts=self._receipts,
             )
         with bind_sandbox(binding):
             result = await handler(request)

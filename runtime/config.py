@@ -36,6 +36,7 @@ __all__ = [
     "PROJECT_ROOT",
     "ApiKeyEntry",
     "AuthConfig",
+    "AuthorizationConfig",
     "CircuitBreakerConfig",
     "ClarificationConfig",
     "ConfigError",
@@ -45,6 +46,8 @@ __all__ = [
     "DynamicContextConfig",
     "ExtensionMiddlewareConfig",
     "ExtensionsConfig",
+    "GuardrailRuleConfig",
+    "GuardrailsConfig",
     "JwtAuthConfig",
     "KubernetesSandboxConfig",
     "LLMErrorHandlingConfig",
@@ -60,6 +63,7 @@ __all__ = [
     "TitleConfig",
     "ToolConfig",
     "ToolOutputConfig",
+    "ToolProgressConfig",
     "VerificationConfig",
     "aget_settings",
     "config_path",
@@ -888,6 +892,84 @@ class RunsConfig(_Section):
         ge=0,
         le=100_000,
         description="pending + running runs one user may have at once (429 beyond); 0 = no cap",
+_PERMISSION = re.compile(r"^(\*|[a-z_]+:(\*|[A-Za-z0-9_.:/@+-]+))$")
+
+
+class AuthorizationConfig(_Section):
+    """Who may use which tools, models and the sandbox (GuardrailMiddleware, slot 11).
+
+    Off by default. When on, nothing is allowed without a permission that grants
+    it: ``tool:<name>``, ``tool:*``, ``model:<name>``, ``model:*``,
+    ``sandbox:execute`` or ``*``.
+    """
+
+    enabled: bool = False
+    use: str | None = Field(
+        default=None, description="module:Class of a custom AuthorizationProvider"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments for the custom provider"
+    )
+    roles: dict[str, list[str]] = Field(
+        default_factory=dict, description="role -> permissions (the built-in role policy)"
+    )
+    default_role: str | None = Field(default=None, description="the role of users with none")
+    fail_closed: bool = Field(
+        default=False,
+        description="a run asking for a model it may not use fails instead of falling back",
+    )
+
+    @model_validator(mode="after")
+    def _policy(self) -> AuthorizationConfig:
+        if self.default_role is not None and self.default_role not in self.roles:
+            raise ValueError(f"default_role: {self.default_role!r} is not one of roles")
+        for role, permissions in self.roles.items():
+            for permission in permissions:
+                if not _PERMISSION.fullmatch(permission):
+                    raise ValueError(
+                        f"roles.{role}: {permission!r} is not a permission "
+                        "(like tool:bash, model:*, sandbox:execute or *)"
+                    )
+        return self
+
+
+class GuardrailRuleConfig(_Section):
+    """One built-in guardrail rule: a denied argument pattern and/or a per-run call cap."""
+
+    tool: str = Field(default="*", min_length=1, description="a tool name, or * for every tool")
+    deny_pattern: str | None = Field(
+        default=None, description="regex searched in the call's arguments"
+    )
+    max_calls_per_run: int | None = Field(default=None, ge=0)
+    reason: str | None = Field(default=None, description="shown to the model when denied")
+
+    @model_validator(mode="after")
+    def _something(self) -> GuardrailRuleConfig:
+        if self.deny_pattern is None and self.max_calls_per_run is None:
+            raise ValueError("a rule needs deny_pattern or max_calls_per_run")
+        if self.deny_pattern is not None:
+            try:
+                re.compile(self.deny_pattern)
+            except re.error as exc:
+                raise ValueError(f"deny_pattern: not a valid regex ({exc})") from None
+        return self
+
+
+class GuardrailsConfig(_Section):
+    """Guardrails on every tool call, for every user (GuardrailMiddleware, slot 11)."""
+
+    enabled: bool = False
+    use: str | None = Field(default=None, description="module:Class of a GuardrailProvider")
+    options: dict[str, Any] = Field(default_factory=dict)
+    rules: list[GuardrailRuleConfig] = Field(default_factory=list)
+
+
+class ToolProgressConfig(_Section):
+    """ToolProgressMiddleware (14): stop a run from grinding on a failing tool."""
+
+    enabled: bool = False
+    retryable_failures_to_block: int = Field(
+        default=3, ge=1, description="consecutive retryable failures of one tool that block it"
     )
 
 
@@ -918,6 +1000,9 @@ class Settings(_Section):
     safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
     clarification: ClarificationConfig = Field(default_factory=ClarificationConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
+    authorization: AuthorizationConfig = Field(default_factory=AuthorizationConfig)
+    guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
+    tool_progress: ToolProgressConfig = Field(default_factory=ToolProgressConfig)
 
     @field_validator("models")
     @classmethod

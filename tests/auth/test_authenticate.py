@@ -148,6 +148,7 @@ async def test_valid_token_identity_roles_and_permissions(
         "auth_mode": "jwt",
         "roles": ["admin", "dev"],
         "permissions": ["threads:read", "threads:write"],
+        "authorization": {"enabled": False},
     }
     assert me["user_id"].startswith("alice_example_com--")
 

@@ -36,10 +36,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from auth.identity import resolve_runtime_user_id
-from middlewares.tool_receipt import RECEIPT_KEY, make_receipt
-from middlewares.tool_result_meta import normalize_tool_result
 from authz.provider import FailClosedAuthorizer
 from authz.sandbox_gate import check_sandbox_authorization
+from middlewares.tool_receipt import RECEIPT_KEY, make_receipt
+from middlewares.tool_result_meta import normalize_tool_result
 from runtime.config import Settings
 from runtime.state import ThreadState
 from sandbox.base import SandboxError, SandboxProvider

@@ -892,6 +892,9 @@ class RunsConfig(_Section):
         ge=0,
         le=100_000,
         description="pending + running runs one user may have at once (429 beyond); 0 = no cap",
+    )
+
+
 _PERMISSION = re.compile(r"^(\*|[a-z_]+:(\*|[A-Za-z0-9_.:/@+-]+))$")
 
 

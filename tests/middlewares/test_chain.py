@@ -338,6 +338,8 @@ def test_real_chains_with_every_optional_middleware_on(tmp_path: Path) -> None:
     lead = [m.name for m in build_middlewares(inputs)]
     optional = {
         "PiiRedactionMiddleware": "ToolResultSanitizationMiddleware",
+        "GuardrailMiddleware": "ToolReceiptMiddleware",  # 11, inside the receipt layer
+        "ToolProgressMiddleware": "ReadBeforeWriteMiddleware",  # 14, outside error handling
         "TodoListMiddleware": "DynamicContextMiddleware",
         "SafetyFinishReasonMiddleware": "ModelLengthFinishReasonMiddleware",
     }

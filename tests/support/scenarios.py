@@ -52,6 +52,11 @@ ALL_OPTIONAL: dict[str, Any] = {
     "tool_output": {"enabled": True},
     "verification": {"receipts_enabled": True},
     "llm_error_handling": {"enabled": True},
+    # Governance: everything allowed to everyone, so behaviour is unchanged while
+    # the gates (GuardrailMiddleware, sandbox authorization, ToolProgress) run.
+    "authorization": {"enabled": True, "roles": {"member": ["*"]}, "default_role": "member"},
+    "guardrails": {"enabled": True, "rules": [{"tool": "bash", "deny_pattern": "rm -rf /$"}]},
+    "tool_progress": {"enabled": True},
 }
 
 # Tools the scenarios use beside the built-in file tools.

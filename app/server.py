@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 
 from app.routes import health, policies, uploads, whoami
+from app.routes import memory as memory_routes
+from memory.queue import get_memory_queue
 from runtime.config import aget_settings
 from sandbox.provider import get_sandbox_provider
 
@@ -37,12 +39,20 @@ async def lifespan(_: Starlette) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        # Conversations waiting for memory extraction are extracted before exit.
+        await get_memory_queue().drain()
         aclose = getattr(provider, "aclose", None)
         if callable(aclose):
             await aclose()
 
 
 app = Starlette(
-    routes=[*health.routes, *whoami.routes, *uploads.routes, *policies.routes],
+    routes=[
+        *health.routes,
+        *whoami.routes,
+        *uploads.routes,
+        *policies.routes,
+        *memory_routes.routes,
+    ],
     lifespan=lifespan,
 )

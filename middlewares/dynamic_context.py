@@ -18,17 +18,23 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import date, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import ModelRequest, ModelResponse
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
+from auth.identity import resolve_runtime_user_id
 from deerflow_extension_api.provenance import ContentKind, ProducerKind, provenance_kwargs
+from memory.recall import MemoryRecall, recall_block
+from middlewares._run_scope import current_run_key
+from middlewares._text import content_text
 
 __all__ = ["REMINDER_KEY", "DynamicContextMiddleware", "date_timezone"]
 
@@ -68,16 +74,41 @@ def _user_authored(message: BaseMessage) -> bool:
     )
 
 
-class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
-    """Inject the date as a hidden reminder ahead of the user's message."""
+_MAX_CACHED_RECALLS = 256
 
-    def __init__(self, *, now: Callable[[], datetime] | None = None) -> None:
+
+class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
+    """Inject the date as a hidden reminder ahead of the user's message, and recalled memory.
+
+    Args:
+        now: a clock for tests.
+        memory: how to recall the user's long-term memory into each model
+            request (None: no memory). The block is request-only: built once per
+            run off the event loop within ``memory.timeout``, placed right before
+            the latest user message, never written to state.
+    """
+
+    def __init__(
+        self,
+        *,
+        now: Callable[[], datetime] | None = None,
+        memory: MemoryRecall | None = None,
+    ) -> None:
         super().__init__()
         self._now = now
+        self._memory = memory
+        self._recalls: OrderedDict[tuple[str, str], HumanMessage | None] = OrderedDict()
 
     def release_policy_parameters(self) -> dict[str, Any]:
         zone = os.environ.get(TIMEZONE_ENV, "").strip() or None
-        return {"timezone": zone, "memory": False}
+        memory = None
+        if self._memory is not None:
+            memory = {
+                "limit": self._memory.limit,
+                "max_chars": self._memory.max_chars,
+                "semantic": self._memory.semantic,
+            }
+        return {"timezone": zone, "memory": memory}
 
     def _today(self) -> tuple[date, str]:
         zone = date_timezone()
@@ -132,3 +163,49 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
 
     async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self._inject(state)
+
+    # --- memory recall (request-only) -------------------------------------------
+
+    async def _recall(self, request: ModelRequest, index: int) -> HumanMessage | None:
+        assert self._memory is not None
+        key = current_run_key()
+        if key in self._recalls:
+            return self._recalls[key]
+        store = getattr(request.runtime, "store", None)
+        block = None
+        if store is not None:
+            block = await recall_block(
+                store,
+                resolve_runtime_user_id(request.runtime),
+                content_text(request.messages[index].content),
+                limit=self._memory.limit,
+                max_chars=self._memory.max_chars,
+                semantic=self._memory.semantic,
+                timeout=self._memory.timeout,
+            )
+        self._recalls[key] = block
+        while len(self._recalls) > _MAX_CACHED_RECALLS:
+            self._recalls.popitem(last=False)
+        return block
+
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelResponse:
+        return handler(request)  # recall needs the async store API: async runs only
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest,
+        handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        if self._memory is None:
+            return await handler(request)
+        users = [i for i, m in enumerate(request.messages) if _user_authored(m)]
+        if not users:
+            return await handler(request)
+        block = await self._recall(request, users[-1])
+        if block is None:
+            return await handler(request)
+        messages = list(request.messages)
+        messages.insert(users[-1], block)
+        return await handler(request.override(messages=messages))

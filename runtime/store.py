@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-
 from typing import Any, cast
 
 from langgraph.store.base import BaseStore, IndexConfig

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
 import platform
@@ -155,12 +156,19 @@ async def _conversation(graph: Any, thread: str, steps: int) -> tuple[float, flo
     return cpu / (steps + 1), wall / (steps + 1)
 
 
-def chain_inputs(data_root: Path) -> ChainInputs:
-    """The default lead run's chain inputs, with a scripted model and data under ``data_root``."""
-    config_path = data_root / "bench-config.yaml"
+# Optional middlewares switched on, one config block per variant row.
+MEMORY = """
+memory:
+  enabled: true
+"""
+
+
+def chain_inputs(data_root: Path, extra: str = "", name: str = "bench") -> ChainInputs:
+    """A lead run's chain inputs (default config plus ``extra`` YAML), data under ``data_root``."""
+    config_path = data_root / f"{name}-config.yaml"
     config_path.write_text(
         "models:\n  - {name: scripted, use: 'runtime.scripted_model:ScriptedChatModel'}\n"
-        f"data_root: {str(data_root)!r}\n",
+        f"data_root: {str(data_root)!r}\n{extra}",
         encoding="utf-8",
     )
     settings = load_settings(config_path)
@@ -169,12 +177,16 @@ def chain_inputs(data_root: Path) -> ChainInputs:
 
 
 async def measure(
-    rounds: int, steps: int, inputs: ChainInputs
+    rounds: int, steps: int, inputs: ChainInputs, variants: dict[str, ChainInputs] | None = None
 ) -> tuple[list[dict[str, Any]], float]:
     model = ScriptedChatModel.model_validate({"script": _script(steps)})
 
     cases = [
         Case("full", "full lead chain (build_middlewares)", lambda: build_middlewares(inputs)),
+        *(
+            Case(label, f"full lead chain + {label}", functools.partial(build_middlewares, v))
+            for label, v in (variants or {}).items()
+        ),
         Case("wrap30", "synthetic: 30 pass-through wrap middlewares", synthetic_wrap30),
         Case("mixed30", "synthetic: 30 pass-through, wrap + before/after_model", synthetic_mixed30),
     ]
@@ -258,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LANGSMITH_TRACING", "false")
     with tempfile.TemporaryDirectory(prefix="deerflow-bench-") as tmp:
         inputs = chain_inputs(Path(tmp))
-        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs))
+        variants = {"memory": chain_inputs(Path(tmp), MEMORY, name="memory")}
+        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs, variants))
     print(_table(rows))
     for r in rows:
         print(f"{r['case']}: naive {r['naive_ratio']:.2f}x, fused {r['fused_ratio']:.2f}x of bare")

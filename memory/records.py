@@ -11,6 +11,7 @@ An item's value: ``content``, ``category``, ``source_thread``, ``created_at``,
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ MEMORY_NAMESPACE = "memories"
 CATEGORIES = ("preference", "fact", "decision", "project", "other")
 _LIST_LIMIT = 1000
 _WORD = re.compile(r"[a-z0-9]{3,}")
+_RANK_INLINE = 200
 
 
 def memory_namespace(user_id: str) -> tuple[str, ...]:
@@ -200,6 +202,12 @@ async def search_memories(
         items = await store.asearch(memory_namespace(user_id), query=query, limit=limit)
         return [m for item in items if (m := Memory.from_item(item)) is not None]
     memories = await list_memories(store, user_id)
+    if len(memories) > _RANK_INLINE:  # CPU work of a few ms: not on the event loop
+        return await asyncio.to_thread(_rank, memories, query, limit)
+    return _rank(memories, query, limit)
+
+
+def _rank(memories: list[Memory], query: str, limit: int) -> list[Memory]:
     wanted = _words(query)
     ranked = sorted(
         enumerate(memories),

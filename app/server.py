@@ -19,7 +19,9 @@ from starlette.middleware import Middleware
 
 from app.guard import RouteGuardMiddleware
 from app.routes import health, policies, uploads, whoami
+from app.routes import memory as memory_routes
 from app.state_hygiene import StateUpdateHygieneMiddleware
+from memory.queue import get_memory_queue
 from runtime.config import aget_settings
 from sandbox.provider import get_sandbox_provider
 
@@ -42,13 +44,21 @@ async def lifespan(_: Starlette) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        # Conversations waiting for memory extraction are extracted before exit.
+        await get_memory_queue().drain()
         aclose = getattr(provider, "aclose", None)
         if callable(aclose):
             await aclose()
 
 
 app = Starlette(
-    routes=[*health.routes, *whoami.routes, *uploads.routes, *policies.routes],
+    routes=[
+        *health.routes,
+        *whoami.routes,
+        *uploads.routes,
+        *policies.routes,
+        *memory_routes.routes,
+    ],
     lifespan=lifespan,
     # Outermost under LangGraph Server (default middleware_order): every route the
     # server mounts, its own included, goes through our caller resolution.

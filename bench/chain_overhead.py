@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
 import platform
@@ -169,6 +170,14 @@ guardrails:
 tool_progress:
   enabled: true
 """
+MEMORY = """
+memory:
+  enabled: true
+"""
+VARIANTS = {
+    "authorization, guardrails, tool progress": GOVERNANCE,
+    "memory": MEMORY,
+}
 
 
 def chain_inputs(data_root: Path, extra: str = "", name: str = "bench") -> ChainInputs:
@@ -185,22 +194,15 @@ def chain_inputs(data_root: Path, extra: str = "", name: str = "bench") -> Chain
 
 
 async def measure(
-    rounds: int, steps: int, inputs: ChainInputs, governed: ChainInputs | None = None
+    rounds: int, steps: int, inputs: ChainInputs, variants: dict[str, ChainInputs] | None = None
 ) -> tuple[list[dict[str, Any]], float]:
     model = ScriptedChatModel.model_validate({"script": _script(steps)})
 
     cases = [
         Case("full", "full lead chain (build_middlewares)", lambda: build_middlewares(inputs)),
         *(
-            [
-                Case(
-                    "governed",
-                    "full lead chain + authorization, guardrails, tool progress",
-                    lambda: build_middlewares(governed),
-                )
-            ]
-            if governed is not None
-            else []
+            Case(label, f"full lead chain + {label}", functools.partial(build_middlewares, v))
+            for label, v in (variants or {}).items()
         ),
         Case("wrap30", "synthetic: 30 pass-through wrap middlewares", synthetic_wrap30),
         Case("mixed30", "synthetic: 30 pass-through, wrap + before/after_model", synthetic_mixed30),
@@ -285,8 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LANGSMITH_TRACING", "false")
     with tempfile.TemporaryDirectory(prefix="deerflow-bench-") as tmp:
         inputs = chain_inputs(Path(tmp))
-        governed = chain_inputs(Path(tmp), GOVERNANCE, name="governed")
-        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs, governed))
+        variants = {
+            label: chain_inputs(Path(tmp), extra, name=f"variant{index}")
+            for index, (label, extra) in enumerate(VARIANTS.items())
+        }
+        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs, variants))
     print(_table(rows))
     for r in rows:
         print(f"{r['case']}: naive {r['naive_ratio']:.2f}x, fused {r['fused_ratio']:.2f}x of bare")

@@ -43,6 +43,8 @@ from deerflow_extension_api._host import apply_contributions
 from deerflow_extension_api._placement import StackEntry
 from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
 from deerflow_extension_api._store import TaskStoreScope
+from memory.queue import get_memory_queue
+from memory.recall import MemoryRecall
 from middlewares.clarification import ClarificationMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware
@@ -50,6 +52,7 @@ from middlewares.guardrail import GuardrailMiddleware
 from middlewares.input_sanitization import InputSanitizationMiddleware
 from middlewares.llm_error_handling import LLMErrorHandlingMiddleware
 from middlewares.loop_detection import LoopDetectionMiddleware
+from middlewares.memory import MemoryMiddleware
 from middlewares.model_content_compatibility import ModelContentCompatibilityMiddleware
 from middlewares.model_length_finish_reason import ModelLengthFinishReasonMiddleware
 from middlewares.pii_redaction import PiiRedactionMiddleware, PiiRedactor
@@ -346,6 +349,58 @@ def _guardrail(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
     return GuardrailMiddleware(authorizer=authorizer, guardrail=guardrail)
 
 
+def _memory_on(inputs: ChainInputs) -> bool:
+    """Memory is configured on and this run did not opt out (``memory_enabled: false``)."""
+    return inputs.settings.memory.enabled and inputs.options.memory_enabled is not False
+
+
+def _dynamic_context(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+    memory = inputs.settings.memory
+    recall = None
+    if _memory_on(inputs) and inputs.scope is AgentScope.LEAD and memory.recall_limit > 0:
+        recall = MemoryRecall(
+            limit=memory.recall_limit,
+            max_chars=memory.recall_max_chars,
+            semantic=memory.embeddings is not None,
+            timeout=memory.recall_timeout_seconds,
+        )
+    if not inputs.settings.dynamic_context.enabled and recall is None:
+        return None
+    return DynamicContextMiddleware(
+        date_only_system=inputs.scope is not AgentScope.LEAD, memory=recall
+    )
+
+
+def _memory(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+    settings = inputs.settings
+    config = settings.memory
+    if not _memory_on(inputs) or config.mode != "auto":
+        return None
+    entry = inputs.model
+    if config.model:
+        found = settings.model_by_name(config.model)
+        if found is None:
+            raise ConfigError(f"memory.model: no model named {config.model!r} in models")
+        entry = found
+    redact = None
+    if settings.pii_redaction.enabled:
+        redactor = PiiRedactor(
+            settings.pii_redaction.detectors, hash_key=settings.pii_redaction.hash_key
+        )
+        redact = redactor.redact
+    get_memory_queue().configure(
+        debounce_seconds=config.debounce_seconds, max_pending=config.max_queue
+    )
+    return MemoryMiddleware(
+        model_factory=lambda: create_chat_model(entry),
+        max_memory_chars=config.max_memory_chars,
+        max_memories=config.max_memories_per_user,
+        indexed=config.embeddings is not None,
+        redact=redact,
+        extraction_timeout=config.extraction_timeout_seconds,
+    )
+
+
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
     settings = inputs.settings
     return LLMErrorHandlingMiddleware.from_config(
@@ -390,12 +445,10 @@ FACTORIES: dict[str, Factory] = {
         i.settings.safety_finish_reason.finish_reasons
     ),
     # 17: always installed (request-only, never persisted); date-only system
-    # context for subagents, merged by the coalescer right after it (spec 30).
-    "DynamicContextMiddleware": lambda i: (
-        DynamicContextMiddleware(date_only_system=i.scope is not AgentScope.LEAD)
-        if i.settings.dynamic_context.enabled
-        else None
-    ),
+    # context for subagents, merged by the coalescer right after it (spec 30);
+    # memory recall for the lead when memory is on.
+    "DynamicContextMiddleware": _dynamic_context,
+    "MemoryMiddleware": _memory,  # 25
     "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
     "TitleMiddleware": _title,  # 24
     "ClarificationMiddleware": lambda i: ClarificationMiddleware(  # 40

@@ -20,12 +20,19 @@ back to local time).
 Older checkpoints may still hold reminders this middleware persisted before it
 became request-only; a request that already carries today's reminder gets no
 second one.
+
+With long-term memory on (``memory``), the lead's requests also get the user's
+most relevant memories (``memory.recall``), as a hidden, request-only block with
+provenance ``dynamic_context_memory`` right before the latest user message:
+built once per run, off the event loop where it costs CPU, within the recall
+timeout. A run that opts out keeps the date and drops the memory.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import date, datetime, tzinfo
 from typing import Any
@@ -35,7 +42,11 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from auth.identity import resolve_runtime_user_id
 from deerflow_extension_api.provenance import ContentKind, ProducerKind, provenance_kwargs
+from memory.recall import MemoryRecall, recall_block
+from middlewares._run_scope import current_run_key
+from middlewares._text import content_text
 
 __all__ = ["REMINDER_KEY", "DynamicContextMiddleware", "date_timezone"]
 
@@ -43,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 REMINDER_KEY = "dynamic_context_reminder"
 TIMEZONE_ENV = "DEER_FLOW_DATE_TIMEZONE"
+_MAX_CACHED_RECALLS = 256
 
 
 def date_timezone() -> tzinfo | None:
@@ -82,6 +94,8 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
         now: a clock for tests (timezone-aware or naive); defaults to the wall clock.
         date_only_system: subagents: send the reminder as a ``SystemMessage`` for
             the coalescer to merge into the single leading system block.
+        memory: how to recall the user's long-term memory into each request
+            (None: no memory).
 
     Example::
 
@@ -93,15 +107,25 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
         *,
         now: Callable[[], datetime] | None = None,
         date_only_system: bool = False,
+        memory: MemoryRecall | None = None,
     ) -> None:
         super().__init__()
         self._now = now
         self.date_only_system = date_only_system
+        self._memory = memory
+        self._recalls: OrderedDict[tuple[str, str], HumanMessage | None] = OrderedDict()
         self._cache: tuple[tuple[date, str], HumanMessage | SystemMessage] | None = None
 
     def release_policy_parameters(self) -> dict[str, Any]:
         zone = os.environ.get(TIMEZONE_ENV, "").strip() or None
-        return {"timezone": zone, "memory": False, "system": self.date_only_system}
+        memory = None
+        if self._memory is not None:
+            memory = {
+                "limit": self._memory.limit,
+                "max_chars": self._memory.max_chars,
+                "semantic": self._memory.semantic,
+            }
+        return {"timezone": zone, "memory": memory, "system": self.date_only_system}
 
     def _today(self) -> tuple[date, str]:
         zone = date_timezone()
@@ -163,9 +187,46 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
     ) -> ModelCallResult[Any]:
         return handler(self._with_date(request))
 
+    async def _recall(self, request: ModelRequest[Any], index: int) -> HumanMessage | None:
+        assert self._memory is not None
+        key = current_run_key()
+        if key in self._recalls:
+            return self._recalls[key]
+        store = getattr(request.runtime, "store", None)
+        block = None
+        if store is not None:
+            block = await recall_block(
+                store,
+                resolve_runtime_user_id(request.runtime),
+                content_text(request.messages[index].content),
+                limit=self._memory.limit,
+                max_chars=self._memory.max_chars,
+                semantic=self._memory.semantic,
+                timeout=self._memory.timeout,
+            )
+        self._recalls[key] = block
+        while len(self._recalls) > _MAX_CACHED_RECALLS:
+            self._recalls.popitem(last=False)
+        return block
+
+    async def _with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """The memory block right before the latest user-authored message (request-only)."""
+        users = [i for i, m in enumerate(request.messages) if _user_authored(m)]
+        if not users:
+            return request
+        block = await self._recall(request, users[-1])
+        if block is None:
+            return request
+        messages = list(request.messages)
+        messages.insert(users[-1], block)
+        return request.override(messages=messages)
+
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
-        return await handler(self._with_date(request))
+        request = self._with_date(request)
+        if self._memory is not None:  # recall needs the async store API: async runs only
+            request = await self._with_memory(request)
+        return await handler(request)

@@ -52,6 +52,8 @@ __all__ = [
     "KubernetesSandboxConfig",
     "LLMErrorHandlingConfig",
     "LoopDetectionConfig",
+    "MemoryConfig",
+    "MemoryEmbeddingsConfig",
     "ModelConfig",
     "PiiRedactionConfig",
     "PluginConfig",
@@ -976,6 +978,41 @@ class ToolProgressConfig(_Section):
     )
 
 
+class MemoryEmbeddingsConfig(BaseModel):
+    """Any LangChain ``Embeddings``; keys other than ``use`` and ``dims`` are kwargs."""
+
+    model_config = ConfigDict(extra="allow")
+
+    use: str = Field(min_length=1, description="module.path:ClassName of an Embeddings")
+    dims: int = Field(gt=0, le=16384, description="vector size the class produces")
+
+    def constructor_kwargs(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class MemoryConfig(_Section):
+    """Long-term memory per user (MemoryMiddleware, slot 25; recall by DynamicContext, 17)."""
+
+    enabled: bool = False
+    mode: Literal["auto", "tool"] = Field(
+        default="auto", description="auto: background extraction; tool: memory_* tools"
+    )
+    model: str | None = Field(
+        default=None, description="a models entry for extraction; null: the run's model"
+    )
+    embeddings: MemoryEmbeddingsConfig | None = Field(
+        default=None, description="semantic recall through the store's index; null: keywords"
+    )
+    debounce_seconds: float = Field(default=2.0, ge=0, le=3600)
+    max_queue: int = Field(default=100, ge=1, le=100_000)
+    extraction_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    recall_limit: int = Field(default=5, ge=0, le=50)
+    recall_max_chars: int = Field(default=1500, ge=0, le=20_000)
+    recall_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    max_memories_per_user: int = Field(default=1000, ge=1, le=100_000)
+    max_memory_chars: int = Field(default=500, ge=20, le=5000)
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -1006,6 +1043,7 @@ class Settings(_Section):
     authorization: AuthorizationConfig = Field(default_factory=AuthorizationConfig)
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
     tool_progress: ToolProgressConfig = Field(default_factory=ToolProgressConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
 
     @field_validator("models")
     @classmethod

@@ -71,6 +71,8 @@ class RunOptions:
     thread_id: str | None = None
     max_concurrent_subagents: int | None = None
     max_total_subagents: int | None = None
+    memory_enabled: bool | None = None
+    """False: this run neither recalls nor records long-term memory (default on)."""
 
     def effective(self, *, subagents_default: bool) -> dict[str, Any]:
         """The switches as applied, for run metadata and middleware assembly."""
@@ -97,4 +99,5 @@ def resolve_run_options(config: RunnableConfig | None) -> RunOptions:
         thread_id=_text(values, "thread_id"),
         max_concurrent_subagents=_int(values, "max_concurrent_subagents"),
         max_total_subagents=_int(values, "max_total_subagents"),
+        memory_enabled=_flag(values, "memory_enabled"),
     )

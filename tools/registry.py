@@ -18,7 +18,8 @@ __all__ = ["DEFAULT_TOOLS", "load_tools", "tool_configs"]
 # The built-in default tool set, used when config has no ``tools:`` key.
 # Groups: ``sandbox`` (shell; needs a provider that allows commands), ``files``,
 # ``present`` (lead only by default), ``vision`` (vision models only) and
-# ``clarification`` (lead only by default: a subagent cannot ask the user).
+# ``clarification`` (lead only by default: a subagent cannot ask the user) and
+# ``memory`` (only with ``memory.mode: tool``, lead only: subagents never write memory).
 DEFAULT_TOOLS: tuple[ToolConfig, ...] = (
     ToolConfig(name="bash", group="sandbox", use="tools.sandbox:bash"),
     ToolConfig(name="ls", group="files", use="tools.files:ls"),
@@ -32,6 +33,9 @@ DEFAULT_TOOLS: tuple[ToolConfig, ...] = (
     ToolConfig(
         name="ask_clarification", group="clarification", use="tools.clarification:ask_clarification"
     ),
+    ToolConfig(name="memory_save", group="memory", use="tools.memory:memory_save"),
+    ToolConfig(name="memory_search", group="memory", use="tools.memory:memory_search"),
+    ToolConfig(name="memory_delete", group="memory", use="tools.memory:memory_delete"),
 )
 
 

@@ -27,13 +27,21 @@ def _names(
     return [t.name for t in select_tools(settings, kind=kind, model=model)]  # type: ignore[arg-type]
 
 
+MEMORY = ["memory_save", "memory_search", "memory_delete"]
 ASK = "ask_clarification"
 
 
 def test_default_set_for_the_lead_agent(tmp_path: Path) -> None:
-    assert [t.name for t in DEFAULT_TOOLS] == [*ALL, "view_image", ASK]
+    assert [t.name for t in DEFAULT_TOOLS] == [*ALL, "view_image", ASK, *MEMORY]
     assert _names(tmp_path) == [*ALL, ASK]
     assert _names(tmp_path, vision=True) == [*ALL, "view_image", ASK]
+
+
+def test_memory_tools_only_for_the_lead_in_tool_mode(tmp_path: Path) -> None:
+    tool_mode = {"enabled": True, "mode": "tool"}
+    assert _names(tmp_path, memory=tool_mode) == [*ALL, ASK, *MEMORY]
+    assert "memory_save" not in _names(tmp_path, memory={"enabled": True})
+    assert "memory_save" not in _names(tmp_path, kind="subagent", memory=tool_mode)
 
 
 def test_subagents_do_not_present_files_or_ask_the_user(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "HostRoot",
     "ensure_dirs",
     "glob_paths",
+    "give_to",
     "glob_to_regex",
     "grep_files",
     "is_regular_file",
@@ -236,6 +237,24 @@ def write_bytes(root: HostRoot, parts: tuple[str, ...], data: bytes, *, append: 
             view = view[written:]
     finally:
         os.close(fd)
+
+
+def give_to(root: HostRoot, parts: tuple[str, ...], uid: int, gid: int) -> None:
+    """Chown each root-owned component of ``parts`` (never through a link) to ``uid:gid``.
+
+    The server, running as root, hands what it writes to the sandbox's
+    unprivileged user so that user's commands can change it.
+    """
+    for index in range(len(parts)):
+        dir_fd = open_dir(root, parts[:index])
+        try:
+            info = os.stat(parts[index], dir_fd=dir_fd, follow_symlinks=False)
+            if info.st_uid == 0 and not stat.S_ISLNK(info.st_mode):
+                os.chown(parts[index], uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        finally:
+            os.close(dir_fd)
 
 
 def is_regular_file(root: HostRoot, parts: tuple[str, ...]) -> bool:

@@ -539,6 +539,9 @@ class SandboxConfig(_Section):
         default=False, description="local provider: isolated commands get the host's network"
     )
     limits: SandboxLimitsConfig = Field(default_factory=SandboxLimitsConfig)
+    search_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=600, description="grep/glob stop with a clear error after this"
+    )
     kubernetes: KubernetesSandboxConfig = Field(default_factory=KubernetesSandboxConfig)
 
     @field_validator("use")

@@ -195,7 +195,9 @@ def build_root(spec: dict) -> None:
         _mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
     os.makedirs(f"{root}/mnt/user-data", 0o755)
     if spec.get("user_data"):
-        _bind(spec["user_data"], f"{root}/mnt/user-data", read_only=False, extra=MS_NOSUID | MS_NODEV)
+        _bind(
+            spec["user_data"], f"{root}/mnt/user-data", read_only=False, extra=MS_NOSUID | MS_NODEV
+        )
     if spec.get("skills"):
         os.mkdir(f"{root}/mnt/skills", 0o755)
         _bind(spec["skills"], f"{root}/mnt/skills", read_only=True, extra=MS_NOSUID | MS_NODEV)
@@ -348,7 +350,9 @@ def isolate(spec: dict) -> int:
             _write_maps(child, int(spec["uid"]), int(spec["gid"]))
             os.write(mapped_w, b"m")
     except OSError as exc:
-        os.write(2, f"sandbox: isolation setup failed: cannot map the user namespace: {exc}\n".encode())
+        os.write(
+            2, f"sandbox: isolation setup failed: cannot map the user namespace: {exc}\n".encode()
+        )
         os.kill(child, signal.SIGKILL)
     os.close(mapped_w)
     return _wait(child)

@@ -30,7 +30,6 @@ import os
 import re
 import secrets
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -594,8 +593,7 @@ class KubernetesSandboxProvider(SandboxProvider):
                     f"cannot load the Kubernetes client configuration: {exc}"
                 ) from exc
             self._configuration = configuration
-        source = Path(_pod_agent.__file__).read_bytes()
-        return client.CoreV1Api(client.ApiClient(configuration)), zlib.compress(source, 9)
+        return client.CoreV1Api(client.ApiClient(configuration)), _pod_agent.bundle()
 
     async def _stop_background(self) -> None:
         tasks = [t for t in (self._reaper, *self._background) if t is not None]

@@ -178,10 +178,12 @@ class LocalSandbox(Sandbox):
         secret_env_patterns: Iterable[str],
         launcher: CommandLauncher | None = None,
         refusal: str | None = None,
+        search_timeout: float = 10.0,
     ) -> None:
         super().__init__(sandbox_id, user_id=user_id, thread_id=thread_id)
         self._launcher = launcher or CommandLauncher(limits=CommandLimits(), root=None)
         self._refusal = refusal
+        self._search_timeout = search_timeout
         self._skills_dir = skills_dir
         thread_chain = paths.user_data.parent.relative_to(data_root).parts
         self._tmp_root = _hostfs.HostRoot("/tmp", data_root, (*thread_chain, "tmp"))
@@ -299,7 +301,7 @@ class LocalSandbox(Sandbox):
         )
         pid = transport.get_pid()
         stdin = transport.get_pipe_transport(0)
-        if stdin is not None:
+        if isinstance(stdin, asyncio.WriteTransport):
             stdin.write(plan.spec)
             stdin.close()
         timed_out = False
@@ -381,9 +383,13 @@ class LocalSandbox(Sandbox):
     async def glob(self, pattern: str, path: str) -> list[str]:
         _check_relative_pattern(pattern)
         root, virtual = self._resolve(path)
-        return await asyncio.to_thread(
-            _hostfs.glob_paths, root, virtual.parts, pattern, limit=MAX_GLOB_RESULTS
+        found = await _hostfs.search_in_subprocess(
+            root,
+            virtual.parts,
+            {"op": "glob", "pattern": pattern, "limit": MAX_GLOB_RESULTS},
+            timeout=self._search_timeout,
         )
+        return [str(p) for p in found]
 
     async def grep(
         self,
@@ -395,19 +401,25 @@ class LocalSandbox(Sandbox):
         case_sensitive: bool = False,
         max_results: int = 100,
     ) -> list[GrepMatch]:
-        regex = compile_search_pattern(pattern, literal=literal, case_sensitive=case_sensitive)
+        compile_search_pattern(pattern, literal=literal, case_sensitive=case_sensitive)
         if glob is not None:
             _check_relative_pattern(glob)
         root, virtual = self._resolve(path)
-        return await asyncio.to_thread(
-            _hostfs.grep_files,
+        found = await _hostfs.search_in_subprocess(
             root,
             virtual.parts,
-            regex,
-            file_glob=glob,
-            max_results=min(max(int(max_results), 1), MAX_GREP_RESULTS),
-            max_file_bytes=self._max_read,
+            {
+                "op": "grep",
+                "pattern": pattern,
+                "literal": bool(literal),
+                "case_sensitive": bool(case_sensitive),
+                "glob": glob,
+                "max_results": min(max(int(max_results), 1), MAX_GREP_RESULTS),
+                "max_bytes": self._max_read,
+            },
+            timeout=self._search_timeout,
         )
+        return [GrepMatch(path=str(p), line_number=int(n), line=str(line)) for p, n, line in found]
 
     async def upload_bytes(self, path: str, data: bytes) -> None:
         root, virtual = self._resolve(path, write=True)
@@ -469,9 +481,11 @@ class LocalSandboxProvider(SandboxProvider):
         auth_mode: str | None = None,
         network: bool = False,
         limits: CommandLimits | None = None,
+        search_timeout: float = 10.0,
     ) -> None:
         from runtime.config import PROJECT_ROOT
 
+        self.search_timeout = search_timeout
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
         self.isolation = isolation
@@ -518,6 +532,7 @@ class LocalSandboxProvider(SandboxProvider):
             max_read_bytes=section.max_read_bytes,
             secret_env_patterns=section.secret_env_patterns,
             isolation=section.isolation,
+            search_timeout=section.search_timeout_seconds,
             allow_unisolated_bash=section.allow_unisolated_bash,
             auth_mode=settings.auth.effective_mode,
             network=section.network,
@@ -644,6 +659,7 @@ class LocalSandboxProvider(SandboxProvider):
             secret_env_patterns=self.secret_env_patterns,
             launcher=self._launcher,
             refusal=self._refusal,
+            search_timeout=self.search_timeout,
         )
 
     def get(self, sandbox_id: str) -> LocalSandbox | None:

@@ -40,7 +40,8 @@ async def test_the_server_environment_and_processes_are_invisible(
     sandbox = await _sandbox(provider)
     assert provider.isolated
     # The server's own (initial) environment, as /proc shows it to anyone allowed to read it.
-    server_environ = Path(f"/proc/{os.getpid()}/environ").read_bytes().split(b"\0")
+    environ = await asyncio.to_thread(Path(f"/proc/{os.getpid()}/environ").read_bytes)
+    server_environ = environ.split(b"\0")
     server_values = [v.split(b"=", 1)[1].decode() for v in server_environ if b"=" in v]
     server_values = [v for v in server_values if len(v) >= 12 and "/" in v]
     result = await sandbox.execute_command(
@@ -75,8 +76,8 @@ async def test_other_users_and_the_host_are_out_of_sight(tmp_path: Path) -> None
     assert sorted(out.split("\n")[1:2]) and "work" not in out.split()
     assert "Read-only file system" in out
     assert "cross-device" in out or "Invalid" in out, out
-    assert not (alice.paths.workspace / "passwd-link").exists()
-    assert not Path("/usr/bin/pwned").exists()
+    assert not await asyncio.to_thread((alice.paths.workspace / "passwd-link").exists)
+    assert not await asyncio.to_thread(Path("/usr/bin/pwned").exists)
     assert out.rstrip().endswith("END")
 
 

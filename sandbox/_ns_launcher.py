@@ -330,7 +330,13 @@ def isolate(spec: dict) -> int:
             # never reach the shell.
             for key in ("user_data", "tmp", "skills"):
                 if spec.get(key):
-                    fd = os.open(spec[key], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                    try:
+                        fd = os.open(spec[key], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                    except FileNotFoundError:
+                        if key != "skills":  # a configured but missing skills dir: no /mnt/skills
+                            raise
+                        spec[key] = None
+                        continue
                     spec[key] = f"/proc/self/fd/{fd}"
             os.setgroups([])
             os.setresgid(0, 0, 0)

@@ -356,7 +356,13 @@ class KubernetesSandbox(Sandbox):
         _check_relative_pattern(pattern)
         target = _virtual(path)
         done = await self._provider.helper(
-            self._entry, {"op": "glob", "pattern": pattern, "path": target}
+            self._entry,
+            {
+                "op": "glob",
+                "pattern": pattern,
+                "path": target,
+                "timeout": self._provider.search_timeout,
+            },
         )
         return [str(p) for p in _json_list(done.payload)]
 
@@ -385,6 +391,7 @@ class KubernetesSandbox(Sandbox):
                 "case_sensitive": bool(case_sensitive),
                 "max_results": min(max(int(max_results), 1), MAX_GREP_RESULTS),
                 "max_bytes": self._provider.max_read_bytes,
+                "timeout": self._provider.search_timeout,
             },
         )
         return [
@@ -430,6 +437,7 @@ class KubernetesSandboxProvider(SandboxProvider):
         self.command_timeout = limits.command_timeout_seconds
         self.max_output_bytes = limits.max_output_bytes
         self.max_read_bytes = limits.max_read_bytes
+        self.search_timeout = limits.search_timeout_seconds
         self.secret_env_patterns = tuple(limits.secret_env_patterns)
         self._configuration = configuration
         self._clock = clock

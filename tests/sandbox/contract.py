@@ -343,6 +343,31 @@ class SandboxContract:
             with pytest.raises(SandboxPathError):
                 await sandbox.grep("x", WS, glob=pattern)
 
+    async def test_hard_linked_files_are_refused(self, sandbox: Sandbox) -> None:
+        """A second name for a file may be a host file's: every file tool refuses it (13.12)."""
+        made = await sandbox.execute_command(
+            f"echo 'linked-secret-line' > {WS}/orig.txt && ln {WS}/orig.txt {WS}/hard.txt"
+        )
+        assert made.exit_code == 0, made.output
+        for path in (f"{WS}/orig.txt", f"{WS}/hard.txt"):
+            with pytest.raises(SandboxError, match="hard link"):
+                await sandbox.read_file(path)
+            with pytest.raises(SandboxError, match="hard link"):
+                await sandbox.download_bytes(path)
+            with pytest.raises(SandboxError, match="hard link"):
+                await sandbox.write_file(path, "appended", append=True)
+            with pytest.raises(SandboxError, match="hard link"):
+                await sandbox.write_file(path, "replaced")
+        assert await sandbox.grep("linked-secret-line", WS) == []
+        intact = await sandbox.execute_command(f"cat {WS}/orig.txt")
+        assert intact.output == "linked-secret-line\n"
+
+    async def test_a_catastrophic_regex_stops_at_its_limit(self, sandbox: Sandbox) -> None:
+        await sandbox.write_file(f"{WS}/redos.txt", "a" * 34 + "!\n")
+        with pytest.raises(SandboxError, match="limit"):
+            await sandbox.grep("(a+)+$", WS, max_results=1)
+        assert await sandbox.grep("a+!", WS) != []
+
     async def test_symlinks_pointing_out_are_never_followed(self, sandbox: Sandbox) -> None:
         outside = await self._outside_file(sandbox)
         outside_dir = f"/tmp/{_unique('contract-outside-dir')}"

@@ -20,8 +20,8 @@ The rules every operation keeps:
   timer interrupts even a regular expression that backtracks forever (the
   ``re`` engine checks for signals), elsewhere the deadline is checked
   between lines. Callers that must not block (the server's event loop) run
-  searches in a separate process (``python -I -S _fileops.py`` with a JSON
-  request on stdin; see ``main``).
+  searches in a separate process (``python -I -S _fileops.py --serve``,
+  JSON requests and replies by line; see ``main``).
 """
 
 from __future__ import annotations
@@ -615,19 +615,34 @@ def search(request: dict) -> list:
         )
 
 
-def main() -> int:
-    """``python -I -S _fileops.py``: a JSON request on stdin, ``{"ok": ...}`` JSON on stdout."""
+def _reply(request_text: str) -> dict:
     try:
-        request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-        reply = {"ok": True, "result": search(request)}
+        return {"ok": True, "result": search(json.loads(request_text))}
     except FileOpsError as exc:
-        reply = {"ok": False, "kind": exc.kind, "message": exc.message}
+        return {"ok": False, "kind": exc.kind, "message": exc.message}
     except OSError as exc:
-        reply = {"ok": False, "kind": "os", "message": str(exc.strerror or exc)}
-    sys.stdout.write(json.dumps(reply))
-    sys.stdout.flush()
+        return {"ok": False, "kind": "os", "message": str(exc.strerror or exc)}
+    except (ValueError, KeyError, TypeError) as exc:
+        return {"ok": False, "kind": "protocol", "message": f"bad search request: {exc}"}
+
+
+def main(argv: list) -> int:
+    """``python -I -S _fileops.py [--serve]``: JSON search requests on stdin, replies on stdout.
+
+    Without ``--serve``: one request (all of stdin), one reply. With it: one
+    request per line until end of input, one reply line each (a worker the
+    server reuses, and kills if a search overruns its own timer).
+    """
+    if "--serve" not in argv:
+        sys.stdout.write(json.dumps(_reply(sys.stdin.read())))
+        sys.stdout.flush()
+        return 0
+    for line in sys.stdin:
+        if line.strip():
+            sys.stdout.write(json.dumps(_reply(line)) + "\n")
+            sys.stdout.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -18,6 +18,7 @@ import os
 import re
 import stat
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -51,6 +52,8 @@ _T = TypeVar("_T")
 _FILEOPS_PROGRAM = Path(_fileops.__file__)
 # Beyond its own timer, how long a search process may take before it is killed.
 _KILL_GRACE_SECONDS = 2.0
+_MAX_IDLE_WORKERS = 4
+_MAX_REPLY_BYTES = 32 * 1024 * 1024
 
 
 def to_sandbox_error(kind: str, message: str) -> SandboxError:
@@ -137,53 +140,91 @@ def give_to(root: Root, parts: tuple[str, ...], uid: int, gid: int) -> None:
             os.close(dir_fd)
 
 
+class _SearchWorker:
+    """A ``_fileops.py --serve`` process: one search at a time, reused until it overruns."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls) -> _SearchWorker:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            str(_FILEOPS_PROGRAM),
+            "--serve",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={"PATH": os.defpath, "LANG": "C.UTF-8"},
+            start_new_session=True,
+            limit=_MAX_REPLY_BYTES,
+        )
+        return cls(process)
+
+    async def ask(self, body: bytes, timeout: float) -> bytes:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(body + b"\n")
+        await self.process.stdin.drain()
+        return await asyncio.wait_for(self.process.stdout.readline(), timeout)
+
+    async def kill(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            await self.process.wait()
+
+
+# Idle search workers of each event loop (asyncio processes belong to one loop);
+# a worker whose loop closes sees end of input and exits.
+_idle: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_SearchWorker]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def search_in_subprocess(
     root: Root, parts: tuple[str, ...], request: dict[str, Any], *, timeout: float
 ) -> list[Any]:
-    """Run a ``grep``/``glob`` request in ``python -I -S _fileops.py``, killed at its limit.
+    """Run a ``grep``/``glob`` request in a search worker process, stopped at its limit.
 
     A regular expression holds the interpreter lock while it backtracks, so
     even a worker thread would freeze the event loop: searches with a
-    model's pattern run in their own process, with a timer inside and a kill
-    outside.
+    model's pattern run in their own process (reused between searches), with
+    a timer inside and a kill outside.
     """
-    body = {
-        **request,
-        "virtual": root.virtual,
-        "base": str(root.base),
-        "chain": list(root.chain),
-        "parts": list(parts),
-        "timeout": timeout,
-    }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        str(_FILEOPS_PROGRAM),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"PATH": os.defpath, "LANG": "C.UTF-8"},
-        start_new_session=True,
-    )
+    body = json.dumps(
+        {
+            **request,
+            "virtual": root.virtual,
+            "base": str(root.base),
+            "chain": list(root.chain),
+            "parts": list(parts),
+            "timeout": timeout,
+        }
+    ).encode("utf-8")
+    idle = _idle.setdefault(asyncio.get_running_loop(), [])
+    worker = idle.pop() if idle else await _SearchWorker.start()
     try:
-        stdout, stderr = await asyncio.wait_for(
-            process.communicate(json.dumps(body).encode("utf-8")), timeout + _KILL_GRACE_SECONDS
-        )
-    except TimeoutError:
-        raise SandboxError(
-            f"{request.get('op', 'search')} stopped after its {timeout:g}-second limit"
-        ) from None
-    finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+        line = await worker.ask(body, timeout + _KILL_GRACE_SECONDS)
+    except BaseException as exc:
+        await worker.kill()
+        if isinstance(exc, TimeoutError):
+            raise SandboxError(
+                f"{request.get('op', 'search')} stopped after its {timeout:g}-second limit"
+            ) from None
+        if isinstance(exc, (OSError, ValueError)):
+            raise SandboxError(f"the search failed: {exc}") from None
+        raise
     try:
-        reply = json.loads(stdout.decode("utf-8", "replace"))
+        reply = json.loads(line.decode("utf-8", "replace"))
     except ValueError:
-        detail = stderr.decode("utf-8", "replace").strip()[-300:]
-        raise SandboxError(f"the search failed: {detail or 'no reply'}") from None
+        await worker.kill()
+        raise SandboxError("the search failed: its worker gave no reply") from None
+    if len(idle) < _MAX_IDLE_WORKERS:
+        idle.append(worker)
+    else:
+        await worker.kill()
     if not reply.get("ok"):
         raise to_sandbox_error(str(reply.get("kind")), str(reply.get("message")))
     result = reply.get("result")

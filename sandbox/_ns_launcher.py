@@ -37,7 +37,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import sys
 
 MS_RDONLY = 1
@@ -367,7 +366,7 @@ def isolate(spec: dict) -> int:
 def _as_init(spec: dict) -> int:
     try:
         build_root(spec)
-        socket.sethostname("sandbox")
+        _check(_libc.sethostname(b"sandbox", 7), "sethostname")
         apply_limits(spec.get("limits") or {})
         drop_privileges()
         _stdin_to_null()

@@ -65,6 +65,7 @@ ROOTS = (WORKSPACE, UPLOADS, OUTPUTS, SKILLS, USER_DATA)
 READ_ONLY_ROOTS = (SKILLS, USER_DATA)
 
 CHUNK = 65536
+COMMAND_MARK = "DEERFLOW_COMMAND"
 MAX_LIST_ENTRIES = 1000
 MAX_GLOB_RESULTS = 1000
 DEFAULT_SEARCH_SECONDS = 10.0
@@ -150,6 +151,26 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _reap_marked(mark: bytes) -> None:
+    """SIGKILL every process whose environment carries ``mark`` (setsid, double forks)."""
+    for _ in range(3):  # a process may fork while we look: look again
+        found = False
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    environ = handle.read()
+            except OSError:
+                continue
+            if mark in environ.split(b"\0"):
+                found = True
+                with contextlib.suppress(OSError):
+                    os.kill(int(entry), signal.SIGKILL)
+        if not found:
+            return
+
+
 def op_exec(req: dict) -> None:
     shell = req.get("shell") or "/bin/sh"
     if not os.path.exists(shell):
@@ -157,6 +178,10 @@ def op_exec(req: dict) -> None:
     os.makedirs(WORKSPACE, exist_ok=True)
     timeout = float(req.get("timeout") or 300)
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+    # Every process the command starts inherits this mark (unless it clears its
+    # environment), so what escaped the process group can still be found.
+    mark = f"{COMMAND_MARK}={os.getpid()}-{time.monotonic_ns()}"
+    env[COMMAND_MARK] = mark.split("=", 1)[1]
     proc = subprocess.Popen(
         [shell, "-c", req["command"]],
         cwd=WORKSPACE,
@@ -208,6 +233,9 @@ def op_exec(req: dict) -> None:
             code = proc.wait()
     if code < 0:
         code = 128 - code
+    # Nothing outlives its command: the group, then anything carrying the mark.
+    _kill_group(proc.pid)
+    _reap_marked(mark.encode())
     sys.stdout.buffer.write(bytes(capture.tail))
     _emit_result(
         {

@@ -20,6 +20,7 @@ commands through the provider's shell, and ``/tmp`` inside the sandbox as the
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -184,6 +185,19 @@ class SandboxContract:
             "echo alive"
         )
         assert check.output.strip() == "gone", check.output
+
+    async def test_no_process_outlives_its_command(self, sandbox: Sandbox) -> None:
+        """Background, setsid and double-forked children are gone when the command ends (13.7)."""
+        marker = f"{700 + os.getpid() % 100}.{os.getpid() % 89}"
+        result = await sandbox.execute_command(
+            f"setsid sleep {marker} & (sleep {marker} &); sh -c 'sleep {marker} &' & echo started"
+        )
+        assert result.output.strip() == "started"
+        check = await sandbox.execute_command(
+            f"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done "
+            f"| grep -c 'slee[p] {marker}' || true"
+        )
+        assert check.output.strip() == "0", check.output
 
     async def test_fifty_megabytes_of_output_are_capped_while_streaming(
         self, sandbox: Sandbox

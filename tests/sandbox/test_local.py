@@ -133,3 +133,21 @@ def test_from_settings_and_the_shared_provider(tmp_path: Path) -> None:
     assert (provider.command_timeout, provider.max_output_bytes) == (7, 4096)
     assert provider.secret_env_patterns == ("CORP_*",)
     assert not provider.allows_commands
+
+
+async def test_a_hard_link_to_a_host_file_is_refused(tmp_path: Path) -> None:
+    """13.12: a link made on the host (or by an unisolated command) never leaks the file."""
+    host_secret = tmp_path / "host-secret.txt"
+    await asyncio.to_thread(host_secret.write_text, "host secret\n")
+    sandbox = await _sandbox(LocalSandboxProvider(tmp_path / "data"))
+    await sandbox.write_file("/mnt/user-data/workspace/seed.txt", "x")
+    await asyncio.to_thread(os.link, host_secret, sandbox.paths.workspace / "linked.txt")
+    for call in (
+        sandbox.read_file("/mnt/user-data/workspace/linked.txt"),
+        sandbox.download_bytes("/mnt/user-data/workspace/linked.txt"),
+        sandbox.write_file("/mnt/user-data/workspace/linked.txt", "pwned", append=True),
+    ):
+        with pytest.raises(SandboxError, match="hard link"):
+            await call
+    assert await sandbox.grep("host secret", "/mnt/user-data/workspace") == []
+    assert await asyncio.to_thread(host_secret.read_text) == "host secret\n"

@@ -470,7 +470,10 @@ def _meaning_words(text: str, variables: dict[str, str]) -> list[str]:
     Like ``_command_words`` but on ``word_value``s, and it also looks through
     wrappers that take operands (``timeout 5 sh``, ``busybox sh``, ``env -i bash``).
     """
-    values = [word_value(word, variables) for word in _words(text)]
+    return _from_command_word([word_value(word, variables) for word in _words(text)])
+
+
+def _from_command_word(values: list[str]) -> list[str]:
     index = 0
     while index < len(values):
         word = values[index]
@@ -550,8 +553,9 @@ def _rm_target_protected(target: str) -> bool:
 def _meaning_of_segment(
     segment: _Segment, after_pipe: bool, variables: dict[str, str]
 ) -> str | None:
-    words = _meaning_words(segment.text, variables)
-    for word in (_path_like(w) for w in (word_value(w, variables) for w in _words(segment.text))):
+    values = [word_value(word, variables) for word in _words(segment.text)]
+    words = _from_command_word(values)
+    for word in map(_path_like, values):
         if word.startswith("/proc/") and (
             word.endswith("/environ") or _matches_any(word, _ENVIRON_TARGETS)
         ):

@@ -592,6 +592,11 @@ class LocalSandboxProvider(SandboxProvider):
         logger.error("local sandbox: %s", refusal)
         return launcher, refusal
 
+    async def start(self) -> None:
+        """Check isolation at server start (the app's lifespan calls this), so the log says
+        at once whether commands are isolated, refused, or (loudly) run on the host."""
+        await self._ensure_setup()
+
     async def _ensure_setup(self) -> None:
         if self._launcher is not None:
             return

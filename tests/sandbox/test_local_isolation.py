@@ -150,10 +150,12 @@ async def test_without_namespaces_commands_are_off_unless_allowed(
         local_module, "probe_namespaces", lambda **_: ("user namespaces are disabled", None)
     )
     jwt = LocalSandboxProvider(tmp_path / "a", auth_mode="jwt")
+    assert jwt.allows_commands and jwt.isolated is None, "nothing checked before start"
     with caplog.at_level(logging.ERROR, logger="sandbox.local"):
-        sandbox = await _sandbox(jwt)
+        await jwt.start()  # the server's lifespan: the log says it at start-up
     assert "shell commands are off" in caplog.text
     assert not jwt.allows_commands and jwt.isolated is False
+    sandbox = await _sandbox(jwt)
     with pytest.raises(SandboxError, match="cannot be isolated"):
         await sandbox.execute_command("id")
     await sandbox.write_file("/mnt/user-data/workspace/f.txt", "file tools still work")

@@ -29,7 +29,7 @@ import shutil
 import signal
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from auth.identity import make_safe_user_id
 from runtime.paths import (
@@ -300,10 +300,14 @@ class LocalSandbox(Sandbox):
             start_new_session=True,
         )
         pid = transport.get_pid()
-        stdin = transport.get_pipe_transport(0)
-        if isinstance(stdin, asyncio.WriteTransport):
-            stdin.write(plan.spec)
-            stdin.close()
+        # Duck-typed: uvloop's pipe transports are not asyncio.WriteTransport subclasses.
+        stdin = cast("asyncio.WriteTransport | None", transport.get_pipe_transport(0))
+        if stdin is None:
+            _kill_group(pid)
+            transport.close()
+            raise SandboxError("the command's input pipe could not be opened")
+        stdin.write(plan.spec)
+        stdin.close()
         timed_out = False
         try:
             try:

@@ -207,3 +207,17 @@ def test_probe_runs_once_per_provider(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert calls == [1]
+
+
+def test_commands_run_under_uvloop(tmp_path: Path) -> None:
+    """``langgraph dev`` serves on uvloop, whose pipe transports differ from asyncio's."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> str:
+        provider = LocalSandboxProvider(tmp_path / "data", auth_mode="none")
+        sandbox = await _sandbox(provider)
+        result = await asyncio.wait_for(sandbox.execute_command("echo under-uvloop"), 30)
+        return result.output
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(main()).strip() == "under-uvloop"

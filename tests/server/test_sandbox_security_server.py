@@ -34,6 +34,7 @@ TOOLS = [
     {"name": "grep", "group": "files", "use": "tools.files:grep"},
 ]
 _REASON, _ = probe_namespaces()
+USER_INPUT: dict[str, Any] = {"messages": [{"role": "user", "content": "go"}]}
 
 
 def _call(name: str, **args: Any) -> dict[str, Any]:
@@ -76,9 +77,7 @@ async def test_the_agents_shell_cannot_reach_the_server_or_other_users(
     await asyncio.to_thread(bob_file.write_text, "bob's words")
     alice = _user(lg_server, "alice")
     thread = (await alice.threads.create())["thread_id"]
-    await alice.runs.wait(
-        thread, "lead_agent", input={"messages": [{"role": "user", "content": "go"}]}
-    )
+    await alice.runs.wait(thread, "lead_agent", input=USER_INPUT)
     results = [str(m["content"]) for m in await _tool_results(alice, thread)]
     assert len(results) == 4, results
     env_out, dirs_out, left_out, many_out = results
@@ -115,13 +114,9 @@ async def test_a_catastrophic_grep_stops_at_its_limit_while_ok_answers(
     )
     client = asgi_client(lg_server)
     thread = (await client.threads.create())["thread_id"]
-    run = asyncio.create_task(
-        client.runs.wait(
-            thread, "lead_agent", input={"messages": [{"role": "user", "content": "go"}]}
-        )
-    )
-    for _ in range(400):  # wait until the search process is running
-        if await asyncio.to_thread(host_processes, "_fileops.py"):
+    run = asyncio.create_task(client.runs.wait(thread, "lead_agent", input=USER_INPUT))
+    for _ in range(400):  # wait until a search process is busy with the regex
+        if await asyncio.to_thread(host_processes, "_fileops.py", running=True):
             break
         await asyncio.sleep(0.025)
     else:

@@ -14,8 +14,11 @@ from pathlib import Path
 __all__ = ["host_processes", "wait_gone"]
 
 
-def host_processes(needle: str) -> list[int]:
-    """Live (not zombie) host pids whose command line contains ``needle``."""
+def host_processes(needle: str, *, running: bool = False) -> list[int]:
+    """Live (not zombie) host pids whose command line contains ``needle``.
+
+    ``running``: only those on a CPU or waiting for one (state ``R``).
+    """
     found = []
     wanted = needle.encode()
     for entry in Path("/proc").iterdir():
@@ -26,7 +29,7 @@ def host_processes(needle: str) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if wanted in cmdline and state not in {"Z", "X"}:
+        if wanted in cmdline and state not in {"Z", "X"} and (state == "R" or not running):
             found.append(int(entry.name))
     return found
 

@@ -171,6 +171,29 @@ def _reap_marked(mark: bytes) -> None:
             return
 
 
+_RLIMITS = (
+    ("RLIMIT_AS", "max_memory_bytes"),
+    ("RLIMIT_CPU", "max_cpu_seconds"),
+    ("RLIMIT_FSIZE", "max_file_bytes"),
+    ("RLIMIT_NOFILE", "max_open_files"),
+)
+
+
+def _limiter(limits: dict):
+    """A ``preexec_fn`` applying the command's rlimits (this helper is single-threaded)."""
+    import resource
+
+    def apply() -> None:
+        for name, key in _RLIMITS:
+            value = int(limits.get(key) or 0)
+            if value:
+                hard = value + 1 if name == "RLIMIT_CPU" else value
+                with contextlib.suppress(ValueError, OSError):
+                    resource.setrlimit(getattr(resource, name), (value, hard))
+
+    return apply
+
+
 def op_exec(req: dict) -> None:
     shell = req.get("shell") or "/bin/sh"
     if not os.path.exists(shell):
@@ -191,6 +214,7 @@ def op_exec(req: dict) -> None:
         stderr=subprocess.STDOUT,
         start_new_session=True,
         close_fds=True,
+        preexec_fn=_limiter(req.get("limits") or {}),
     )
     assert proc.stdout is not None
     # The provider kills this process group if the run is cancelled mid-command.

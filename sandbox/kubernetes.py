@@ -253,6 +253,7 @@ class KubernetesSandbox(Sandbox):
             "timeout": limit,
             "max_output": provider.max_output_bytes,
             "shell": provider.config.shell,
+            "limits": provider.command_limits,
         }
         done = await provider.helper(
             self._entry,
@@ -438,6 +439,14 @@ class KubernetesSandboxProvider(SandboxProvider):
         self.max_output_bytes = limits.max_output_bytes
         self.max_read_bytes = limits.max_read_bytes
         self.search_timeout = limits.search_timeout_seconds
+        # Per-command rlimits in the pod; no process count (uids are shared across a
+        # node's pods, so RLIMIT_NPROC would count other pods: use the kubelet's pid limit).
+        self.command_limits = {
+            "max_memory_bytes": limits.limits.max_memory_mb * 1024 * 1024,
+            "max_cpu_seconds": limits.limits.max_cpu_seconds,
+            "max_file_bytes": limits.limits.max_file_mb * 1024 * 1024,
+            "max_open_files": limits.limits.max_open_files,
+        }
         self.secret_env_patterns = tuple(limits.secret_env_patterns)
         self._configuration = configuration
         self._clock = clock

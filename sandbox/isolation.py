@@ -17,6 +17,7 @@ that is allowed (see ``sandbox.local``).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -74,10 +75,16 @@ def sandbox_ids(uid: int | None = None) -> tuple[int, int]:
     return os.geteuid(), os.getegid()
 
 
+@functools.lru_cache(maxsize=8)
 def probe_namespaces(
     *, network: bool = False, uid: int | None = None
 ) -> tuple[str | None, Path | None]:
-    """(None, mount point) if commands can be isolated here, else (reason, None). Blocking."""
+    """(None, mount point) if commands can be isolated here, else (reason, None). Blocking.
+
+    Checked once per process and setting: the machine does not change, and the
+    mount point (an empty directory under the temp dir) is shared by every
+    command (each mounts its own root on it, in its own mount namespace).
+    """
     if not sys.platform.startswith("linux"):
         return f"namespaces need Linux (this is {sys.platform})", None
     root = Path(tempfile.mkdtemp(prefix="deerflow-sandbox-root-"))

@@ -10,6 +10,7 @@ and the server logs no blocking-call errors.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,7 @@ async def test_two_users_upload_run_present_and_download_under_langgraph_dev(
     assert "BlockingError" not in log, log
     assert "Blocking call" not in log, log
     # The provider says at start-up what commands get (here: namespaces, or the shout).
-    namespaces_unavailable, _ = probe_namespaces()
+    namespaces_unavailable, _ = await asyncio.to_thread(probe_namespaces)
     if namespaces_unavailable is None:
         assert "every command runs in its own user/pid/mount" in log, log
     else:

@@ -194,7 +194,7 @@ class SandboxContract:
         )
         assert result.output.strip() == "started"
         check = await sandbox.execute_command(
-            f"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done "
+            f"for p in /proc/[0-9]*; do {{ tr '\\0' ' ' < $p/cmdline; }} 2>/dev/null; echo; done "
             f"| grep -c 'slee[p] {marker}' || true"
         )
         assert check.output.strip() == "0", check.output

@@ -27,21 +27,34 @@ How a command is judged (``_classify_command``):
   open one. A body fed to an interpreter (``bash <<EOF``, ``python3 - <<EOF``)
   is code, not data, and is judged as such.
 
-This is a heuristic, not a shell parser. Where it is unsure it errs toward
-*more* command positions (more blocks), never fewer. Documented gaps:
-process substitution outside ``eval``/``source`` (``. <(curl u)``,
-``bash <(curl u)``) is not detected, and two-step forms
-(``x=$(curl u); eval "$x"``) would need dataflow analysis.
+- **Rules by meaning.** ``middlewares._shell_lexer.word_value`` reads each
+  word as the shell would (quote removal, backslashes, ANSI-C ``$'\\x73h'``,
+  ``$@``/``${IFS}``, variables assigned earlier in the command), and
+  ``_meaning_block`` judges those values: a shell or stdin-reading interpreter
+  after a pipe however it is spelled or wrapped (``"sh"``, ``s''h``, ``$SHELL``,
+  ``busybox sh``, ``env bash``, ``timeout 5 sh``), ``>(sh)`` and ``bash <(curl u)``,
+  ``eval``/``source`` of decoded text, every path that can name another
+  process's ``environ`` (globs included) and ``ps e``, globbed credential
+  paths, recursive deletes at the root in any spelling (``rm -r -f //``,
+  ``find / -delete``), and fork bombs (recursive background functions,
+  ``fork while fork``).
+
+This is a heuristic, not a shell parser, and it is defence in depth: the
+sandbox (namespaces locally, the pod on Kubernetes) is the boundary. Where it
+is unsure it errs toward *more* command positions (more blocks), never fewer.
+Documented gaps: two-step forms (``x=$(curl u); eval "$x"``) would need
+dataflow analysis.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
@@ -50,6 +63,15 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from middlewares._shell_lexer import (
+    Heredoc,
+    Segment,
+    scan,
+    split_compound_command,
+    unquote,
+    word_value,
+    words,
+)
 from middlewares._tool_meta import blocked_tool_message, ensure_tool_meta
 
 __all__ = ["SandboxAuditMiddleware", "Verdict", "classify_command"]
@@ -245,407 +267,15 @@ class _Classification(NamedTuple):
 _PASS = _Classification("pass", "")
 
 # ---------------------------------------------------------------------------
-# Splitting
+# Words (the lexer lives in ``middlewares._shell_lexer``)
 # ---------------------------------------------------------------------------
 
-
-@dataclass
-class _Heredoc:
-    """One ``<<`` here-document: its header and the body consumed verbatim."""
-
-    delimiter: str
-    strip_tabs: bool
-    quoted: bool
-    body: str = ""
-    terminated: bool = False
-    body_start: int = -1
-    body_end: int = -1
-
-
-@dataclass
-class _Segment:
-    """One sub-command. ``text`` excludes heredoc bodies and line continuations."""
-
-    text: str
-    heredocs: list[_Heredoc] = field(default_factory=list)
-    ended_by: str = ""
-
-    def verbatim(self) -> str:
-        parts = [self.text]
-        for heredoc in self.heredocs:
-            parts.append("\n" + heredoc.body if heredoc.body else "")
-            if heredoc.terminated:
-                parts.append("\n" + heredoc.delimiter)
-        return "".join(parts)
-
-
-@dataclass
-class _Context:
-    kind: Literal["sq", "dq", "sub", "bq", "arith"]
-    depth: int = 0
-
-
-def _parse_heredoc_header(command: str, start: int) -> tuple[_Heredoc, int] | None:
-    """Parse ``<<[-]WORD`` at ``start``; return the heredoc and the index after WORD."""
-    index = start + 2
-    length = len(command)
-    strip_tabs = index < length and command[index] == "-"
-    if strip_tabs:
-        index += 1
-    while index < length and command[index] in " \t":
-        index += 1
-    delimiter: list[str] = []
-    quoted = False
-    while index < length:
-        char = command[index]
-        if char in " \t\n;&|<>()":
-            break
-        if char == "'":
-            quoted = True
-            end = command.find("'", index + 1)
-            end = length if end == -1 else end
-            delimiter.append(command[index + 1 : end])
-            index = end + 1
-            continue
-        if char == '"':
-            quoted = True
-            index += 1
-            while index < length and command[index] != '"':
-                if command[index] == "\\" and index + 1 < length:
-                    index += 1
-                delimiter.append(command[index])
-                index += 1
-            index += 1
-            continue
-        if char == "\\":
-            quoted = True
-            if index + 1 < length:
-                delimiter.append(command[index + 1])
-            index += 2
-            continue
-        delimiter.append(char)
-        index += 1
-    word = "".join(delimiter)
-    if not word:
-        return None
-    return _Heredoc(delimiter=word, strip_tabs=strip_tabs, quoted=quoted), min(index, length)
-
-
-def _consume_heredoc_bodies(command: str, start: int, pending: list[_Heredoc]) -> int:
-    """Consume the bodies of ``pending`` from ``start``; return where scanning resumes.
-
-    An unterminated body consumes the rest of the string (as the shell does).
-    """
-    index = start
-    length = len(command)
-    for heredoc in pending:
-        heredoc.body_start = index
-        lines: list[str] = []
-        while index < length:
-            end = command.find("\n", index)
-            line_end = length if end == -1 else end
-            line = command[index:line_end]
-            candidate = line.lstrip("\t") if heredoc.strip_tabs else line
-            if candidate == heredoc.delimiter:
-                heredoc.terminated = True
-                heredoc.body_end = index
-                index = line_end + 1 if end != -1 else length
-                break
-            lines.append(line)
-            index = line_end + 1 if end != -1 else length
-        else:
-            heredoc.body_end = length
-        if not heredoc.terminated:
-            heredoc.body_end = length
-        heredoc.body = "\n".join(lines)
-    pending.clear()
-    return index
-
-
-def _scan(command: str, *, split_pipes: bool, split_nested: bool) -> list[_Segment]:
-    """Quote-, substitution- and heredoc-aware split of ``command`` into sub-commands.
-
-    ``split_nested`` also splits inside ``$( )``/backticks/``(( ))`` (whose
-    separators start new command positions of the inner script); without it
-    only top-level separators split, which gives a whole command's extent.
-    """
-    segments: list[_Segment] = []
-    current: list[str] = []
-    current_heredocs: list[_Heredoc] = []
-    pending: list[_Heredoc] = []
-    stack: list[_Context] = []
-    length = len(command)
-    index = 0
-
-    def close_segment(separator: str = "") -> None:
-        nonlocal current, current_heredocs
-        text = "".join(current).strip()
-        if text or current_heredocs:
-            segments.append(_Segment(text=text, heredocs=current_heredocs, ended_by=separator))
-        current = []
-        current_heredocs = []
-
-    def top() -> str | None:
-        return stack[-1].kind if stack else None
-
-    arith_open = 0  # arithmetic contexts on the stack (no scan of the stack per char)
-
-    def push(kind: Literal["sq", "dq", "sub", "bq", "arith"]) -> None:
-        nonlocal arith_open
-        stack.append(_Context(kind))
-        arith_open += kind == "arith"
-
-    def pop() -> None:
-        nonlocal arith_open
-        arith_open -= stack.pop().kind == "arith"
-
-    while index < length:
-        char = command[index]
-        kind = top()
-        nxt = command[index + 1] if index + 1 < length else ""
-
-        if kind == "sq":
-            if char == "'":
-                pop()
-            current.append(char)
-            index += 1
-            continue
-
-        if char == "\\":
-            if nxt == "\n":  # line continuation: joins lines, never splits
-                index += 2
-                continue
-            current.append(command[index : index + 2])
-            index += 2
-            continue
-
-        if kind == "dq":
-            if char == '"':
-                pop()
-                current.append(char)
-                index += 1
-            elif command.startswith("$((", index):
-                push("arith")
-                current.append("$((")
-                index += 3
-            elif char == "$" and nxt == "(":
-                push("sub")
-                current.append("$(")
-                index += 2
-            elif char == "`":
-                push("bq")
-                current.append(char)
-                index += 1
-            else:
-                current.append(char)
-                index += 1
-            continue
-
-        # Unquoted, or inside a substitution / backticks / arithmetic.
-        can_split = not stack or split_nested
-        in_arith = arith_open > 0
-
-        if char == "'":
-            push("sq")
-            current.append(char)
-            index += 1
-            continue
-        if char == '"':
-            push("dq")
-            current.append(char)
-            index += 1
-            continue
-        if char == "`":
-            if kind == "bq":
-                pop()
-            else:
-                push("bq")
-            current.append(char)
-            index += 1
-            continue
-        if command.startswith("$((", index):
-            push("arith")
-            current.append("$((")
-            index += 3
-            continue
-        if (
-            char in "$<>"
-            and nxt == "("
-            and not (char == "<" and index > 0 and command[index - 1] == "<")
-        ):
-            push("sub")
-            current.append(char + "(")
-            index += 2
-            continue
-        if kind == "arith":
-            if char == "(":
-                stack[-1].depth += 1
-            elif char == ")":
-                if stack[-1].depth > 0:
-                    stack[-1].depth -= 1
-                elif nxt == ")":
-                    pop()
-                    current.append("))")
-                    index += 2
-                    continue
-                else:
-                    pop()
-        elif char == "(" and nxt == "(" and kind != "bq":
-            push("arith")
-            current.append("((")
-            index += 2
-            continue
-        elif kind == "sub":
-            if char == "(":
-                stack[-1].depth += 1
-            elif char == ")":
-                if stack[-1].depth > 0:
-                    stack[-1].depth -= 1
-                else:
-                    pop()
-
-        if (
-            char == "<"
-            and nxt == "<"
-            and not in_arith
-            and not command.startswith("<", index + 2)
-            and not (index > 0 and command[index - 1] == "<")
-        ):
-            parsed = _parse_heredoc_header(command, index)
-            if parsed is not None:
-                heredoc, end = parsed
-                current.append(command[index:end])
-                current_heredocs.append(heredoc)
-                pending.append(heredoc)
-                index = end
-                continue
-            current.append("<<")
-            index += 2
-            continue
-
-        if char == "\n":
-            resume = _consume_heredoc_bodies(command, index + 1, pending) if pending else index + 1
-            if can_split:
-                close_segment("\n")
-            else:
-                current.append("\n")
-            index = resume
-            continue
-
-        if can_split:
-            if command.startswith("&&", index) or command.startswith("||", index):
-                close_segment(command[index : index + 2])
-                index += 2
-                continue
-            if char == ";":
-                close_segment(";")
-                index += 1
-                continue
-            if char == "|":
-                if split_pipes:
-                    close_segment("|")
-                    index += 2 if nxt == "&" else 1
-                    continue
-            elif char == "&" and nxt != ">" and not (index > 0 and command[index - 1] in "<>|"):
-                close_segment("&")
-                index += 1
-                continue
-
-        current.append(char)
-        index += 1
-
-    close_segment()
-    return segments
-
-
-def _split_compound_command(command: str, *, split_pipes: bool = False) -> list[str]:
-    """Split ``command`` into sub-commands (heredoc bodies kept verbatim with theirs).
-
-    Sequencing operators (``;``, ``&&``, ``||``, ``&``) and unquoted newlines
-    split; ``split_pipes=True`` also splits at ``|``, since the word after a
-    pipe is a new command position. Quotes are respected; separators inside
-    ``$( )``/backticks split too, because they start commands of the inner
-    script. An unclosed quote keeps the rest as one last sub-command.
-    """
-    return [
-        segment.verbatim() for segment in _scan(command, split_pipes=split_pipes, split_nested=True)
-    ]
-
-
-# ---------------------------------------------------------------------------
-# Words
-# ---------------------------------------------------------------------------
-
-
-def _words(text: str) -> list[str]:
-    """Whitespace-separated words, keeping quoted strings and substitutions whole."""
-    words: list[str] = []
-    current: list[str] = []
-    quote: str | None = None
-    depth = 0
-    index = 0
-    length = len(text)
-    while index < length:
-        char = text[index]
-        if quote == "'":
-            current.append(char)
-            if char == "'":
-                quote = None
-        elif char == "\\" and index + 1 < length:
-            current.append(text[index : index + 2])
-            index += 2
-            continue
-        elif quote == '"':
-            current.append(char)
-            if char == '"':
-                quote = None
-        elif char in "'\"":
-            quote = char
-            current.append(char)
-        elif char == "(":
-            depth += 1
-            current.append(char)
-        elif char == ")":
-            depth = max(0, depth - 1)
-            current.append(char)
-        elif char.isspace() and depth == 0:
-            if current:
-                words.append("".join(current))
-                current = []
-        else:
-            current.append(char)
-        index += 1
-    if current:
-        words.append("".join(current))
-    return words
-
-
-def _unquote(word: str) -> str:
-    """Remove one level of shell quoting from ``word`` (no expansion)."""
-    out: list[str] = []
-    quote: str | None = None
-    index = 0
-    while index < len(word):
-        char = word[index]
-        if quote == "'":
-            if char == "'":
-                quote = None
-            else:
-                out.append(char)
-        elif char == "\\" and index + 1 < len(word):
-            out.append(word[index + 1])
-            index += 1
-        elif quote == '"':
-            if char == '"':
-                quote = None
-            else:
-                out.append(char)
-        elif char in "'\"":
-            quote = char
-        else:
-            out.append(char)
-        index += 1
-    return "".join(out)
+_Heredoc = Heredoc
+_Segment = Segment
+_scan = scan
+_split_compound_command = split_compound_command
+_words = words
+_unquote = unquote
 
 
 def _command_words(text: str) -> list[str]:
@@ -767,6 +397,234 @@ def _word_rule_hit(
     return None
 
 
+# ---------------------------------------------------------------------------
+# Rules by meaning: words as the shell reads them (``word_value``)
+# ---------------------------------------------------------------------------
+
+# Wrappers that run their arguments as a command; the value is how many
+# operands (not flags) they take before the command word.
+_MEANING_WRAPPERS: dict[str, int] = {
+    "env": 0,
+    "command": 0,
+    "builtin": 0,
+    "exec": 0,
+    "nohup": 0,
+    "time": 0,
+    "sudo": 0,
+    "doas": 0,
+    "nice": 0,
+    "ionice": 0,
+    "setsid": 0,
+    "stdbuf": 0,
+    "xargs": 0,
+    "busybox": 0,
+    "toybox": 0,
+    "timeout": 0,  # its duration is skipped as a numeric operand
+    "chroot": 1,
+    "unshare": 0,
+    "script": 0,
+    "flock": 1,
+}
+_SHELL_VARIABLES = frozenset({"$SHELL", "${SHELL}", "$0", "${0}", "$BASH", "${BASH}"})
+_ENVIRON_TARGETS = ("/proc/1/environ", "/proc/self/environ", "/proc/12345/environ")
+_CREDENTIAL_PATHS = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/sudoers",
+    "/etc/master.passwd",
+    "~/.ssh/id_rsa",
+    "~/.ssh/id_ed25519",
+    "~/.ssh/id_ecdsa",
+    "~/.aws/credentials",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.docker/config.json",
+    "~/.kube/config",
+    "~/.pgpass",
+    "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    "/run/secrets/kubernetes.io/serviceaccount/token",
+)
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_NUMERIC_OPERAND = re.compile(r"^\d+(?:\.\d+)?[smhd]?$")  # nice -n 5, timeout 10s
+_REDIRECT_PREFIX = re.compile(r"^\d*(?:[<>]{1,3}|&>{1,2}|>&|<&)")
+_HOME_PREFIX = re.compile(r"^(?:~|\$HOME|\$\{HOME\})(?=/|$)")
+_DECODER = re.compile(
+    r"base64|xxd|openssl|uudecode|gunzip|zcat|\brev\b|\btr\b|\bprintf\b|\\x[0-9A-Fa-f]|\\[0-7]{3}"
+    r"|python|perl|\$'"
+)
+_FUNCTION_DEF = re.compile(
+    r"(?:\bfunction\s+(?P<kw>[^\s(){};|&]+)\s*(?:\(\s*\))?|(?P<fn>[^\s(){};|&<>]+)\s*\(\s*\))"
+    r"\s*\{(?P<body>[^{}]{0,512})\}"
+)
+_CODE_FORK_BOMB = re.compile(
+    r"fork\s*(?:\(\s*\))?\s*while\s+fork|while\b[^\n]{0,60}?\bfork\s*\(|for\s*\(\s*;\s*;\s*\)\s*\{?\s*fork"
+    r"|\$0\s*[|&]\s*\$0"
+)
+_PROCESS_SUBSTITUTION_INTO = re.compile(r">\(\s*([^\s()|;&]+)")
+_PROCESS_SUBSTITUTION_FROM = re.compile(r"<\(")
+
+
+def _meaning_words(text: str, variables: dict[str, str]) -> list[str]:
+    """The words of a simple command from its command word on, as the shell reads them.
+
+    Like ``_command_words`` but on ``word_value``s, and it also looks through
+    wrappers that take operands (``timeout 5 sh``, ``busybox sh``, ``env -i bash``).
+    """
+    return _from_command_word([word_value(word, variables) for word in _words(text)])
+
+
+def _from_command_word(values: list[str]) -> list[str]:
+    index = 0
+    while index < len(values):
+        word = values[index]
+        name = word.rsplit("/", 1)[-1]
+        if word in _GRAMMAR_WORDS or _ASSIGNMENT_WORD_RE.match(word):
+            index += 1
+            continue
+        if name in _MEANING_WRAPPERS:
+            index += 1
+            operands = _MEANING_WRAPPERS[name]
+            while index < len(values) and (
+                values[index].startswith("-")
+                or _ASSIGNMENT_WORD_RE.match(values[index])
+                or _NUMERIC_OPERAND.match(values[index])
+            ):
+                index += 1
+            index += operands
+            continue
+        redirection = _REDIRECTION_WORD_RE.match(word)
+        if redirection:
+            index += 1 if redirection.end() < len(word) else 2
+            continue
+        break
+    return values[index:]
+
+
+def _assignments(segments: list[_Segment]) -> dict[str, str]:
+    """``NAME=value`` words seen anywhere in the command (values as the shell reads them)."""
+    found: dict[str, str] = {}
+    for segment in segments:
+        for word in _words(segment.text):
+            match = _ASSIGNMENT_WORD_RE.match(word)
+            if match is None:
+                break
+            name = match.group().rstrip("+=").split("[", 1)[0]
+            found[name] = word_value(word[match.end() :], found)
+    return found
+
+
+def _is_shell(word: str) -> bool:
+    return word in _SHELL_VARIABLES or bool(_SHELL_NAME_RE.match(word.rsplit("/", 1)[-1]))
+
+
+def _is_interpreter(word: str) -> bool:
+    return bool(_INTERPRETER_NAME_RE.match(word.rsplit("/", 1)[-1]))
+
+
+def _reads_program_from_stdin(args: list[str]) -> bool:
+    """No script operand: only flags, or ``-`` / ``-s``."""
+    operands = [arg for arg in args if not arg.startswith("-") or arg == "-"]
+    return not operands or operands[0] == "-" or "-s" in args
+
+
+def _path_like(word: str) -> str:
+    word = _REDIRECT_PREFIX.sub("", word)
+    word = _HOME_PREFIX.sub("~", word)
+    word = re.sub(r"/+", "/", word)
+    return re.sub(r"/(?:\./)+", "/", word)
+
+
+def _matches_any(word: str, targets: tuple[str, ...]) -> bool:
+    if word in targets:
+        return True
+    if _GLOB_CHARS.search(word):
+        return any(fnmatch.fnmatchcase(target, word) for target in targets)
+    return False
+
+
+def _rm_target_protected(target: str) -> bool:
+    cleaned = _path_like(target)
+    if cleaned not in ("/", "~"):
+        cleaned = re.sub(r"(?:/\.)+/?$", "/", cleaned)
+        cleaned = cleaned.rstrip("/") or "/"
+    return bool(_RM_PROTECTED_TARGET_RE.match(cleaned))
+
+
+def _meaning_of_segment(
+    segment: _Segment, after_pipe: bool, variables: dict[str, str]
+) -> str | None:
+    values = [word_value(word, variables) for word in _words(segment.text)]
+    words = _from_command_word(values)
+    for word in map(_path_like, values):
+        if word.startswith("/proc/") and (
+            word.endswith("/environ") or _matches_any(word, _ENVIRON_TARGETS)
+        ):
+            return "reads a process environment"
+        if _matches_any(word, _CREDENTIAL_PATHS):
+            return "touches credential files"
+    if not words:
+        return None
+    command, args = words[0], words[1:]
+    name = command.rsplit("/", 1)[-1]
+    if after_pipe and _is_shell(command):
+        return "pipes data into a shell"
+    if after_pipe and _is_interpreter(command) and _reads_program_from_stdin(args):
+        return "pipes data into an interpreter reading its program from stdin"
+    if name == "ps" and any(not arg.startswith("-") and "e" in arg for arg in args):
+        return "lists other processes' environments"
+    if (
+        name == "rm"
+        and any(_RM_RECURSIVE_FLAG_RE.match(arg) or arg == "--recursive" for arg in args)
+        and any(_rm_target_protected(arg) for arg in args if not arg.startswith("-"))
+    ):
+        return "recursively deletes the root, a home or a system directory"
+    if (
+        name == "find"
+        and args
+        and _rm_target_protected(args[0])
+        and (
+            "-delete" in args
+            or any(
+                arg == "-exec" and index + 1 < len(args) and args[index + 1].endswith("rm")
+                for index, arg in enumerate(args)
+            )
+        )
+    ):
+        return "recursively deletes the root, a home or a system directory"
+    if name in ("eval", "source", ".") and _DECODER.search(segment.text):
+        return "evaluates decoded or generated text"
+    if (
+        (_is_shell(command) or name in ("source", "."))
+        and _PROCESS_SUBSTITUTION_FROM.search(segment.text)
+        and _RISKY_SUBSTITUTION_RE.search(segment.text)
+    ):
+        return "runs a fetched or interpreted process substitution"
+    return None
+
+
+def _meaning_block(command: str, segments: list[_Segment]) -> str | None:
+    """Rules judged on what words mean, not how they are spelled (see the module docstring)."""
+    variables = _assignments(segments)
+    after_pipe = False
+    for segment in segments:
+        reason = _meaning_of_segment(segment, after_pipe, variables)
+        if reason:
+            return reason
+        after_pipe = segment.ended_by == "|"
+    for found in _PROCESS_SUBSTITUTION_INTO.finditer(command):
+        target = word_value(found.group(1), variables)
+        if _is_shell(target) or _is_interpreter(target):
+            return "feeds output to a shell or interpreter through process substitution"
+    for found in _FUNCTION_DEF.finditer(command):
+        name = found.group("fn") or found.group("kw")
+        body = found.group("body")
+        if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", body) and re.search(r"[&|]", body):
+            return "fork bomb"
+    if _CODE_FORK_BOMB.search(command):
+        return "fork bomb"
+    return None
+
+
 def _decodes_base64_into_pipe(extent: _Segment) -> bool:
     """A pipeline stage that base64-decodes and hands the result to the next stage."""
     if extent.ended_by != "|":
@@ -779,20 +637,24 @@ def _decodes_base64_into_pipe(extent: _Segment) -> bool:
 
 
 def _nested_scripts(extent: str) -> Iterable[str]:
-    """Shell code carried inside a command: ``sh -c CODE`` and ``eval ARGS``."""
-    words = _command_words(extent)
+    """Shell code carried inside a command: ``sh -c CODE`` and ``eval ARGS``.
+
+    Words are read as the shell reads them, so ``"sh" -c``, ``s\\h -c``,
+    ``busybox sh -c`` and ``eval $'\\x63url ...'`` all give their code.
+    """
+    words = _meaning_words(extent, {})
     if not words:
         return
-    name = _basename(words[0])
+    name = words[0].rsplit("/", 1)[-1]
     if name == "eval":
-        yield " ".join(_unquote(word) for word in words[1:])
+        yield " ".join(words[1:])
         return
-    if not _SHELL_NAME_RE.match(name):
+    if not _is_shell(words[0]):
         return
     for position, word in enumerate(words[1:], start=1):
         if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
             if position + 1 < len(words):
-                yield _unquote(words[position + 1])
+                yield words[position + 1]
             return
 
 
@@ -863,6 +725,9 @@ def _classify_command(command: str, _depth: int = 0) -> _Classification:
         hit = _word_rule_hit(text, _HIGH_RISK_WORD_RULES)
         if hit:
             return _Classification("block", hit)
+    meaning = _meaning_block(whole, segments)
+    if meaning:
+        return _Classification("block", meaning)
 
     worst = _PASS
     for extent in extents:

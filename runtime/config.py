@@ -508,11 +508,21 @@ class KubernetesSandboxConfig(_Section):
         return self
 
 
+class SandboxLimitsConfig(_Section):
+    """Resource limits of every local sandbox command (``setrlimit``; 0 = inherited)."""
+
+    max_processes: int = Field(default=256, ge=0, le=1_000_000)
+    max_memory_mb: int = Field(default=2048, ge=0, description="address space (RLIMIT_AS)")
+    max_cpu_seconds: int = Field(default=600, ge=0)
+    max_file_mb: int = Field(default=1024, ge=0, description="largest file a command writes")
+    max_open_files: int = Field(default=1024, ge=0)
+
+
 class SandboxConfig(_Section):
     """Which sandbox provider runs the agent's shell and files, and its limits.
 
-    The default local provider runs commands on the server host as the
-    server's user: it is for development and is not an isolation boundary.
+    The default local provider runs each command in its own Linux namespaces
+    where the machine allows it (``isolation``); see ``docs/sandbox.md``.
     """
 
     use: str = "sandbox.local:LocalSandboxProvider"
@@ -534,6 +544,22 @@ class SandboxConfig(_Section):
     secret_env_patterns: list[str] = Field(
         default_factory=list,
         description="extra env-name patterns kept out of commands (beyond *KEY* *SECRET* ...)",
+    )
+    isolation: Literal["auto", "required", "off"] = Field(
+        default="auto",
+        description="local provider: run commands in Linux namespaces (auto: when available)",
+    )
+    allow_unisolated_bash: bool = Field(
+        default=False,
+        description="local provider: run commands on the host when they cannot be isolated "
+        "(always allowed in auth mode none)",
+    )
+    network: bool = Field(
+        default=False, description="local provider: isolated commands get the host's network"
+    )
+    limits: SandboxLimitsConfig = Field(default_factory=SandboxLimitsConfig)
+    search_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=600, description="grep/glob stop with a clear error after this"
     )
     kubernetes: KubernetesSandboxConfig = Field(default_factory=KubernetesSandboxConfig)
 

@@ -26,13 +26,31 @@ import contextlib
 import errno
 import json
 import os
-import re
 import select
 import signal
-import stat
 import subprocess
 import sys
 import time
+import zlib
+from pathlib import Path
+
+from sandbox._fileops import (
+    READ_FLAGS,
+    Deadline,
+    FileOpsError,
+    Root,
+    append_chunks,
+    check_pattern,
+    compile_search,
+    glob_paths,
+    glob_to_regex,
+    grep_files,
+    is_regular_file,
+    list_entries,
+    open_file,
+    read_text_bytes,
+    replace_chunks,
+)
 
 RESULT_MARKER = "DEERFLOW-RESULT "
 PID_MARKER = "DEERFLOW-PID "
@@ -47,23 +65,13 @@ ROOTS = (WORKSPACE, UPLOADS, OUTPUTS, SKILLS, USER_DATA)
 READ_ONLY_ROOTS = (SKILLS, USER_DATA)
 
 CHUNK = 65536
-BINARY_SNIFF_BYTES = 8192
+COMMAND_MARK = "DEERFLOW_COMMAND"
 MAX_LIST_ENTRIES = 1000
 MAX_GLOB_RESULTS = 1000
-MAX_GREP_LINE = 500
+DEFAULT_SEARCH_SECONDS = 10.0
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class AgentError(Exception):
-    """An error the provider turns into a SandboxError (``path`` kinds: SandboxPathError)."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
+# An error the provider turns into a SandboxError (``path`` kinds: SandboxPathError).
+AgentError = FileOpsError
 
 
 def _emit_result(result: dict) -> None:
@@ -96,90 +104,16 @@ def _shown(root: str, parts: tuple) -> str:
     return "/".join((root, *parts)) if parts else root
 
 
-def _open_root(root: str, create: bool) -> int:
-    try:
-        return os.open(root, _DIR_FLAGS)
-    except FileNotFoundError:
-        if create and root.startswith(USER_DATA + "/"):
-            os.makedirs(root, exist_ok=True)
-            return os.open(root, _DIR_FLAGS)
-        raise AgentError("not_found", f"{root}: no such directory") from None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise AgentError("path", f"{root} is not a plain directory") from None
-        raise
+def _root(root: str) -> Root:
+    """The shared file operations' view of a virtual root in the pod."""
+    if root.startswith(USER_DATA + "/"):
+        return Root(root, USER_DATA, (root[len(USER_DATA) + 1 :],))
+    return Root(root, root)
 
 
-def _step(dir_fd: int, name: str, shown: str, create: bool) -> int:
-    """Open child directory ``name`` of ``dir_fd`` without following a link."""
-    try:
-        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        if not create:
-            raise AgentError("not_found", f"{shown}: no such file or directory") from None
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o777, dir_fd=dir_fd)
-        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    if stat.S_ISLNK(info.st_mode):
-        raise AgentError("path", f"{shown} is a symbolic link; links are never followed")
-    if not stat.S_ISDIR(info.st_mode):
-        raise AgentError("not_dir", f"{shown} is not a directory")
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise AgentError("path", f"{shown} changed while it was opened") from None
-        raise
-
-
-def open_dir(root: str, parts: tuple, create: bool = False) -> int:
-    fd = _open_root(root, create)
-    try:
-        for index, name in enumerate(parts):
-            child = _step(fd, name, _shown(root, parts[: index + 1]), create)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _leaf(root: str, parts: tuple) -> tuple:
-    if not parts:
-        raise AgentError("is_dir", f"{root} is a directory, not a file")
-    return parts[:-1], parts[-1], _shown(root, parts)
-
-
-def _open_file(root: str, parts: tuple, flags: int, create_parents: bool) -> int:
-    parents, name, shown = _leaf(root, parts)
-    dir_fd = open_dir(root, parents, create=create_parents)
-    try:
-        try:
-            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            if not flags & os.O_CREAT:
-                raise AgentError("not_found", f"{shown}: no such file") from None
-            info = None
-        if info is not None:
-            if stat.S_ISLNK(info.st_mode):
-                raise AgentError("path", f"{shown} is a symbolic link; links are never followed")
-            if stat.S_ISDIR(info.st_mode):
-                raise AgentError("is_dir", f"{shown} is a directory, not a file")
-            if not stat.S_ISREG(info.st_mode):
-                raise AgentError("not_file", f"{shown} is not a regular file")
-        try:
-            fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise AgentError(
-                    "path", f"{shown} is a symbolic link; links are never followed"
-                ) from None
-            raise
-        os.set_blocking(fd, True)
-        return fd
-    finally:
-        os.close(dir_fd)
+def _resolve(path: str) -> tuple:
+    root, parts = split_virtual(path)
+    return _root(root), parts
 
 
 # --- commands ---------------------------------------------------------------------
@@ -217,6 +151,49 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _reap_marked(mark: bytes) -> None:
+    """SIGKILL every process whose environment carries ``mark`` (setsid, double forks)."""
+    for _ in range(3):  # a process may fork while we look: look again
+        found = False
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    environ = handle.read()
+            except OSError:
+                continue
+            if mark in environ.split(b"\0"):
+                found = True
+                with contextlib.suppress(OSError):
+                    os.kill(int(entry), signal.SIGKILL)
+        if not found:
+            return
+
+
+_RLIMITS = (
+    ("RLIMIT_AS", "max_memory_bytes"),
+    ("RLIMIT_CPU", "max_cpu_seconds"),
+    ("RLIMIT_FSIZE", "max_file_bytes"),
+    ("RLIMIT_NOFILE", "max_open_files"),
+)
+
+
+def _limiter(limits: dict):
+    """A ``preexec_fn`` applying the command's rlimits (this helper is single-threaded)."""
+    import resource
+
+    def apply() -> None:
+        for name, key in _RLIMITS:
+            value = int(limits.get(key) or 0)
+            if value:
+                hard = value + 1 if name == "RLIMIT_CPU" else value
+                with contextlib.suppress(ValueError, OSError):
+                    resource.setrlimit(getattr(resource, name), (value, hard))
+
+    return apply
+
+
 def op_exec(req: dict) -> None:
     shell = req.get("shell") or "/bin/sh"
     if not os.path.exists(shell):
@@ -224,6 +201,10 @@ def op_exec(req: dict) -> None:
     os.makedirs(WORKSPACE, exist_ok=True)
     timeout = float(req.get("timeout") or 300)
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+    # Every process the command starts inherits this mark (unless it clears its
+    # environment), so what escaped the process group can still be found.
+    mark = f"{COMMAND_MARK}={os.getpid()}-{time.monotonic_ns()}"
+    env[COMMAND_MARK] = mark.split("=", 1)[1]
     proc = subprocess.Popen(
         [shell, "-c", req["command"]],
         cwd=WORKSPACE,
@@ -233,6 +214,7 @@ def op_exec(req: dict) -> None:
         stderr=subprocess.STDOUT,
         start_new_session=True,
         close_fds=True,
+        preexec_fn=_limiter(req.get("limits") or {}),
     )
     assert proc.stdout is not None
     # The provider kills this process group if the run is cancelled mid-command.
@@ -275,6 +257,9 @@ def op_exec(req: dict) -> None:
             code = proc.wait()
     if code < 0:
         code = 128 - code
+    # Nothing outlives its command: the group, then anything carrying the mark.
+    _kill_group(proc.pid)
+    _reap_marked(mark.encode())
     sys.stdout.buffer.write(bytes(capture.tail))
     _emit_result(
         {
@@ -302,6 +287,16 @@ class _Payload:
         self.size = size
         self.remaining = size
 
+    def chunks(self):
+        """The rest of the payload, chunk by chunk."""
+        stream = sys.stdin.buffer
+        while self.remaining > 0:
+            chunk = stream.read(min(CHUNK, self.remaining))
+            if not chunk:
+                return
+            self.remaining -= len(chunk)
+            yield chunk
+
     def copy_to(self, fd) -> int:
         """Copy the rest into file descriptor ``fd`` (None: discard); returns bytes read."""
         stream = sys.stdin.buffer
@@ -319,126 +314,61 @@ class _Payload:
 
 
 def op_read(req: dict) -> None:
-    root, parts = split_virtual(req["path"])
-    shown = _shown(root, parts)
+    root, parts = _resolve(req["path"])
     max_bytes = int(req["max_bytes"])
-    out = sys.stdout.buffer
-    fd = _open_file(root, parts, _READ_FLAGS, create_parents=False)
-    with os.fdopen(fd, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if req.get("mode") == "bytes":
+    if req.get("mode") == "bytes":
+        with os.fdopen(open_file(root, parts, READ_FLAGS), "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
             if size > max_bytes:
                 raise AgentError(
                     "too_large",
-                    f"{shown}: file is {size} bytes, more than the {max_bytes}-byte limit",
+                    f"{root.display(parts)}: file is {size} bytes, more than the "
+                    f"{max_bytes}-byte limit",
                 )
-            data = handle.read(max_bytes + 1)
-            if len(data) > max_bytes:
-                raise AgentError("too_large", f"{shown}: file grew past the {max_bytes}-byte limit")
-            out.write(data)
-            _emit_result({"ok": True, "size": len(data)})
-            return
-        head = handle.read(BINARY_SNIFF_BYTES)
-        if b"\x00" in head:
-            raise AgentError(
-                "binary",
-                f"{shown}: is a binary file; inspect it with bash (e.g. `xxd`, `file`) instead",
-            )
-        start, end = req.get("start_line"), req.get("end_line")
-        if start is None and end is None:
-            if size > max_bytes:
-                raise AgentError(
-                    "too_large",
-                    f"{shown}: file is {size} bytes, more than the {max_bytes}-byte limit "
-                    "for a whole read; read a line range (start_line/end_line) instead",
-                )
-            data = head + handle.read(max_bytes + 1 - len(head))
-            if len(data) > max_bytes:
-                raise AgentError("too_large", f"{shown}: file grew past the {max_bytes}-byte limit")
-            out.write(data)
-            _emit_result({"ok": True, "size": len(data)})
-            return
-        handle.seek(0)
-        first = int(start or 1)
-        collected = []
-        total = 0
-        number = 0
-        while True:
-            line = handle.readline(max_bytes + 1)
-            if not line:
-                break
-            long_line = len(line) > max_bytes and not line.endswith(b"\n")
-            while long_line:
-                rest = handle.readline(CHUNK)
-                if not rest or rest.endswith(b"\n"):
+            total = 0
+            while True:
+                chunk = handle.read(min(CHUNK, max_bytes + 1 - total))
+                if not chunk:
                     break
-            number += 1
-            if end is not None and number > int(end):
-                break
-            if number < first:
-                continue
-            total += max_bytes + 1 if long_line else len(line)
-            if total > max_bytes:
-                raise AgentError(
-                    "too_large",
-                    f"{shown}: the requested lines exceed the {max_bytes}-byte limit; "
-                    "read a smaller range",
-                )
-            collected.append(line)
-        out.write(b"".join(collected))
+                total += len(chunk)
+                if total > max_bytes:
+                    raise AgentError(
+                        "too_large",
+                        f"{root.display(parts)}: file grew past the {max_bytes}-byte limit",
+                    )
+                sys.stdout.buffer.write(chunk)
         _emit_result({"ok": True, "size": total})
+        return
+    start, end = req.get("start_line"), req.get("end_line")
+    data = read_text_bytes(
+        root,
+        parts,
+        None if start is None else int(start),
+        None if end is None else int(end),
+        max_bytes,
+    )
+    sys.stdout.buffer.write(data)
+    _emit_result({"ok": True, "size": len(data)})
 
 
 def op_write(req: dict) -> None:
     size = int(req["size"])
     payload = _Payload(size)
-    append = bool(req.get("append"))
     try:
-        root, parts = split_virtual(req["path"])
-        if root in READ_ONLY_ROOTS:
-            raise AgentError("read_only", f"{_shown(root, parts)}: {root} is read-only")
-        parents, name, shown = _leaf(root, parts)
-        if append:
-            fd = _open_file(root, parts, _WRITE_FLAGS | os.O_APPEND, create_parents=True)
-            try:
-                got = payload.copy_to(fd)
-            finally:
-                os.close(fd)
+        virtual, parts = split_virtual(req["path"])
+        if virtual in READ_ONLY_ROOTS:
+            raise AgentError("read_only", f"{_shown(virtual, parts)}: {virtual} is read-only")
+        root = _root(virtual)
+        if req.get("append"):
+            got = append_chunks(root, parts, payload.chunks())
         else:
-            got = _replace(root, parents, name, shown, payload)
+            got = replace_chunks(root, parts, payload.chunks(), expected=size)
     except BaseException:
         payload.copy_to(None)  # consume what the client still sends, then report
         raise
     if got != size:
         raise AgentError("short_write", f"received {got} of {size} bytes for {req['path']}")
     _emit_result({"ok": True, "written": got})
-
-
-def _replace(root: str, parents: tuple, name: str, shown: str, payload: _Payload) -> int:
-    """Write to a temporary file beside the target, then rename over it (never a link)."""
-    dir_fd = open_dir(root, parents, create=True)
-    temp = f".{name[:200]}.deerflow-{os.getpid()}.tmp"
-    try:
-        try:
-            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            info = None
-        if info is not None and stat.S_ISLNK(info.st_mode):
-            raise AgentError("path", f"{shown} is a symbolic link; links are never followed")
-        if info is not None and stat.S_ISDIR(info.st_mode):
-            raise AgentError("is_dir", f"{shown} is a directory, not a file")
-        fd = os.open(temp, _WRITE_FLAGS | os.O_TRUNC | os.O_EXCL, 0o666, dir_fd=dir_fd)
-        try:
-            got = payload.copy_to(fd)
-        finally:
-            os.close(fd)
-        if got == payload.size:
-            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        return got
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp, dir_fd=dir_fd)
-        os.close(dir_fd)
 
 
 def op_kill(req: dict) -> None:
@@ -452,14 +382,8 @@ def op_kill(req: dict) -> None:
 def op_is_file(req: dict) -> None:
     result = False
     with contextlib.suppress(AgentError, OSError):
-        root, parts = split_virtual(req["path"])
-        if parts:
-            dir_fd = open_dir(root, parts[:-1])
-            try:
-                info = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
-                result = stat.S_ISREG(info.st_mode)
-            finally:
-                os.close(dir_fd)
+        root, parts = _resolve(req["path"])
+        result = is_regular_file(root, parts)
     sys.stdout.write(json.dumps(result))
     _emit_result({"ok": True})
 
@@ -467,194 +391,66 @@ def op_is_file(req: dict) -> None:
 # --- listing and searching --------------------------------------------------------
 
 
-def _walk(dir_fd: int, prefix: tuple, max_depth, depth: int = 1):
-    """Yield (parent parts, name, kind, dir_fd); kind is dir|file|link|other.
-
-    Links are reported, never entered.
-    """
-    with os.scandir(dir_fd) as scan:
-        entries = sorted(scan, key=lambda entry: entry.name)
-    for entry in entries:
-        if entry.is_symlink():
-            kind = "link"
-        elif entry.is_dir(follow_symlinks=False):
-            kind = "dir"
-        elif entry.is_file(follow_symlinks=False):
-            kind = "file"
-        else:
-            kind = "other"
-        yield prefix, entry.name, kind, dir_fd
-        if kind == "dir" and (max_depth is None or depth < max_depth):
-            try:
-                child = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
-            except OSError:
-                continue
-            try:
-                yield from _walk(child, (*prefix, entry.name), max_depth, depth + 1)
-            finally:
-                os.close(child)
+def glob_regex(pattern: str):
+    """A regex for a ``**``-aware glob over '/'-separated relative paths."""
+    return glob_to_regex(pattern)
 
 
 def op_list(req: dict) -> None:
-    root, parts = split_virtual(req["path"])
+    root, parts = _resolve(req["path"])
     max_depth = min(max(int(req.get("max_depth") or 2), 1), 5)
-    base = _shown(root, parts)
-    entries = []
-    fd = open_dir(root, parts)
-    try:
-        for prefix, name, kind, _ in _walk(fd, (), max_depth):
-            suffix = {"dir": "/", "link": "@"}.get(kind, "")
-            entries.append("/".join((base, *prefix, name)) + suffix)
-            if len(entries) >= MAX_LIST_ENTRIES:
-                break
-    finally:
-        os.close(fd)
+    entries = list_entries(root, parts, max_depth, MAX_LIST_ENTRIES)
     sys.stdout.write(json.dumps(entries))
     _emit_result({"ok": True, "count": len(entries)})
 
 
-def glob_regex(pattern: str):
-    """A regex for a ``**``-aware glob over '/'-separated relative paths."""
-    out = []
-    index = 0
-    while index < len(pattern):
-        char = pattern[index]
-        if pattern.startswith("**/", index):
-            out.append("(?:.*/)?")
-            index += 3
-        elif pattern.startswith("**", index):
-            out.append(".*")
-            index += 2
-        elif char == "*":
-            out.append("[^/]*")
-            index += 1
-        elif char == "?":
-            out.append("[^/]")
-            index += 1
-        elif char == "[":
-            close = pattern.find("]", index + 2 if pattern.startswith("[!", index) else index + 1)
-            if close == -1:
-                out.append(re.escape(char))
-                index += 1
-                continue
-            body = pattern[index + 1 : close]
-            if body.startswith("!"):
-                body = "^" + body[1:]
-            out.append("[" + body.replace("\\", "\\\\") + "]")
-            index = close + 1
-        else:
-            out.append(re.escape(char))
-            index += 1
-    return re.compile("(?s:" + "".join(out) + r")\Z")
-
-
-def _check_pattern(pattern) -> str:
-    if not isinstance(pattern, str) or not pattern.strip():
-        raise AgentError("invalid_pattern", "glob pattern is empty")
-    if pattern.startswith("/") or ".." in pattern.split("/") or "\x00" in pattern:
-        raise AgentError(
-            "path", f"glob pattern {pattern!r} must be relative to `path` and must not contain '..'"
-        )
-    return pattern
-
-
 def op_glob(req: dict) -> None:
-    root, parts = split_virtual(req["path"])
-    matcher = glob_regex(_check_pattern(req["pattern"]))
-    base = _shown(root, parts)
-    matches = []
-    fd = open_dir(root, parts)
-    try:
-        for prefix, name, kind, _ in _walk(fd, (), None):
-            relative = "/".join((*prefix, name))
-            if matcher.match(relative):
-                matches.append(f"{base}/{relative}" + ("/" if kind == "dir" else ""))
-                if len(matches) >= MAX_GLOB_RESULTS:
-                    break
-    finally:
-        os.close(fd)
+    root, parts = _resolve(req["path"])
+    pattern = check_pattern(req["pattern"])
+    with Deadline(req.get("timeout") or DEFAULT_SEARCH_SECONDS, "glob") as deadline:
+        matches = glob_paths(root, parts, pattern, MAX_GLOB_RESULTS, deadline)
     sys.stdout.write(json.dumps(matches))
     _emit_result({"ok": True, "count": len(matches)})
-
-
-def _grep_one(dir_fd: int, name: str, regex, shown: str, max_bytes: int, limit: int) -> list:
-    found: list = []
-    try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return found
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
-            return found
-        os.set_blocking(handle.fileno(), True)
-        if b"\x00" in handle.read(BINARY_SNIFF_BYTES):
-            return found
-        handle.seek(0)
-        for number, raw in enumerate(handle, start=1):
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if regex.search(line):
-                found.append([shown, number, line[:MAX_GREP_LINE]])
-                if len(found) >= limit:
-                    break
-    return found
 
 
 def op_grep(req: dict) -> None:
-    root, parts = split_virtual(req["path"])
-    flags = 0 if req.get("case_sensitive") else re.IGNORECASE
-    pattern = req["pattern"]
-    try:
-        regex = re.compile(re.escape(pattern) if req.get("literal") else pattern, flags)
-    except re.error as exc:
-        raise AgentError(
-            "invalid_pattern",
-            f"invalid regular expression {pattern!r}: {exc}; pass literal=true to search text",
-        ) from None
+    root, parts = _resolve(req["path"])
+    regex = compile_search(
+        req["pattern"], bool(req.get("literal")), bool(req.get("case_sensitive"))
+    )
     file_glob = req.get("glob")
-    name_matcher = glob_regex(_check_pattern(file_glob)) if file_glob is not None else None
+    if file_glob is not None:
+        check_pattern(file_glob)
     max_results = max(1, int(req.get("max_results") or 100))
-    max_bytes = int(req["max_bytes"])
-    matches: list = []
-    single = False
-    if parts:
-        with contextlib.suppress(AgentError, OSError):
-            dir_fd = open_dir(root, parts[:-1])
-            try:
-                info = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
-                if stat.S_ISREG(info.st_mode):
-                    single = True
-                    matches = _grep_one(
-                        dir_fd, parts[-1], regex, _shown(root, parts), max_bytes, max_results
-                    )
-            finally:
-                os.close(dir_fd)
-    if not single:
-        fd = open_dir(root, parts)
-        base = _shown(root, parts)
-        try:
-            for prefix, name, kind, dir_fd in _walk(fd, (), None):
-                if kind != "file":
-                    continue
-                relative = "/".join((*prefix, name))
-                if name_matcher and not (name_matcher.match(name) or name_matcher.match(relative)):
-                    continue
-                matches.extend(
-                    _grep_one(
-                        dir_fd,
-                        name,
-                        regex,
-                        f"{base}/{relative}",
-                        max_bytes,
-                        max_results - len(matches),
-                    )
-                )
-                if len(matches) >= max_results:
-                    break
-        finally:
-            os.close(fd)
-    sys.stdout.write(json.dumps(matches))
+    with Deadline(req.get("timeout") or DEFAULT_SEARCH_SECONDS, "grep") as deadline:
+        matches = grep_files(
+            root, parts, regex, file_glob, max_results, int(req["max_bytes"]), deadline
+        )
+    sys.stdout.write(json.dumps([list(match) for match in matches]))
     _emit_result({"ok": True, "count": len(matches)})
+
+
+# --- shipping ----------------------------------------------------------------------
+
+_BUNDLE_PRELUDE = """import sys, types
+_fileops = types.ModuleType("sandbox._fileops")
+sys.modules["sandbox._fileops"] = _fileops
+exec(compile(%r, "deerflow_fileops", "exec"), _fileops.__dict__)
+exec(compile(%r, "deerflow_pod_agent", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+"""
+
+
+def bundle() -> bytes:
+    """This helper and the shared file operations as one zlib-compressed program.
+
+    The provider sends it on stdin to the exec's bootstrap; in the pod the
+    file-operation module is registered as ``sandbox._fileops`` before this
+    helper runs, so the helper's import finds it without any file.
+    """
+    here = Path(__file__).resolve()
+    fileops = (here.parent / "_fileops.py").read_text(encoding="utf-8")
+    program = _BUNDLE_PRELUDE % (fileops, here.read_text(encoding="utf-8"))
+    return zlib.compress(program.encode("utf-8"), 9)
 
 
 OPS = {

@@ -4,16 +4,20 @@ Commands are written by a model that may be following injected instructions,
 so anything that looks like a credential stays out of their environment:
 names matching ``*KEY*``, ``*SECRET*``, ``*TOKEN*``, ``*PASS*`` (the spec's
 list) plus a few more shapes that carry credentials in practice (connection
-URIs, DSNs, credential files). Matching is case-insensitive. The rule applies
-to every source, the server's own environment and an explicit ``env=``.
+URIs, DSNs, credential files). Matching is case-insensitive. A value that
+carries credentials in a URL's user-info part (``postgres://user:pass@host``,
+``https://token@host``, under any name such as ``*_URL`` or ``HTTP_PROXY``)
+is withheld too, whatever its name. The rule applies to every source, the
+server's own environment and an explicit ``env=``.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["DEFAULT_SECRET_ENV_PATTERNS", "filter_env", "looks_secret"]
+__all__ = ["DEFAULT_SECRET_ENV_PATTERNS", "filter_env", "looks_secret", "value_has_credentials"]
 
 DEFAULT_SECRET_ENV_PATTERNS: tuple[str, ...] = (
     "*KEY*",
@@ -26,6 +30,15 @@ DEFAULT_SECRET_ENV_PATTERNS: tuple[str, ...] = (
     "*_DSN",
     "*DATABASE_URL*",
 )
+
+
+# scheme://userinfo@ : userinfo is everything before the first "@" that has no "/" "?" "#".
+_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@]+@")
+
+
+def value_has_credentials(value: str) -> bool:
+    """True when ``value`` contains a URL with a user-info part (user, password or token)."""
+    return _URL_USERINFO.search(value) is not None
 
 
 def looks_secret(name: str, extra_patterns: Iterable[str] = ()) -> bool:
@@ -48,7 +61,7 @@ def filter_env(
                 continue
             if not name or "=" in name or "\x00" in name or "\x00" in value:
                 continue
-            if looks_secret(name, patterns):
+            if looks_secret(name, patterns) or value_has_credentials(value):
                 continue
             merged[name] = value
     return merged

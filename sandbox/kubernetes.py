@@ -30,7 +30,6 @@ import os
 import re
 import secrets
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -254,6 +253,7 @@ class KubernetesSandbox(Sandbox):
             "timeout": limit,
             "max_output": provider.max_output_bytes,
             "shell": provider.config.shell,
+            "limits": provider.command_limits,
         }
         done = await provider.helper(
             self._entry,
@@ -357,7 +357,13 @@ class KubernetesSandbox(Sandbox):
         _check_relative_pattern(pattern)
         target = _virtual(path)
         done = await self._provider.helper(
-            self._entry, {"op": "glob", "pattern": pattern, "path": target}
+            self._entry,
+            {
+                "op": "glob",
+                "pattern": pattern,
+                "path": target,
+                "timeout": self._provider.search_timeout,
+            },
         )
         return [str(p) for p in _json_list(done.payload)]
 
@@ -386,6 +392,7 @@ class KubernetesSandbox(Sandbox):
                 "case_sensitive": bool(case_sensitive),
                 "max_results": min(max(int(max_results), 1), MAX_GREP_RESULTS),
                 "max_bytes": self._provider.max_read_bytes,
+                "timeout": self._provider.search_timeout,
             },
         )
         return [
@@ -431,6 +438,15 @@ class KubernetesSandboxProvider(SandboxProvider):
         self.command_timeout = limits.command_timeout_seconds
         self.max_output_bytes = limits.max_output_bytes
         self.max_read_bytes = limits.max_read_bytes
+        self.search_timeout = limits.search_timeout_seconds
+        # Per-command rlimits in the pod; no process count (uids are shared across a
+        # node's pods, so RLIMIT_NPROC would count other pods: use the kubelet's pid limit).
+        self.command_limits = {
+            "max_memory_bytes": limits.limits.max_memory_mb * 1024 * 1024,
+            "max_cpu_seconds": limits.limits.max_cpu_seconds,
+            "max_file_bytes": limits.limits.max_file_mb * 1024 * 1024,
+            "max_open_files": limits.limits.max_open_files,
+        }
         self.secret_env_patterns = tuple(limits.secret_env_patterns)
         self._configuration = configuration
         self._clock = clock
@@ -594,8 +610,7 @@ class KubernetesSandboxProvider(SandboxProvider):
                     f"cannot load the Kubernetes client configuration: {exc}"
                 ) from exc
             self._configuration = configuration
-        source = Path(_pod_agent.__file__).read_bytes()
-        return client.CoreV1Api(client.ApiClient(configuration)), zlib.compress(source, 9)
+        return client.CoreV1Api(client.ApiClient(configuration)), _pod_agent.bundle()
 
     async def _stop_background(self) -> None:
         tasks = [t for t in (self._reaper, *self._background) if t is not None]

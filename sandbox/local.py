@@ -1,13 +1,20 @@
-"""The local sandbox provider: host subprocesses and host directories.
+"""The local sandbox provider: host directories, and commands in Linux namespaces.
 
-**This is not an isolation boundary.** Commands run on the server host, as the
-server's user, with the thread's workspace as working directory. Virtual paths
-in a command are rewritten to host paths and host paths in its output back to
-virtual ones, secret-looking environment variables are withheld, and file
-tools refuse escapes and never follow links, but a command can still read or
-change anything the server's user can. Use it for development; production
-uses the Kubernetes provider. ``sandbox.allow_host_bash: false`` switches
-commands off (file tools keep working).
+On Linux where user namespaces are allowed (checked once, at the first
+acquire), every shell command runs isolated (``sandbox.isolation``): its own
+user, pid, mount, IPC, UTS and network namespaces, a private root holding
+only the read-only system directories, this thread's ``/mnt/user-data`` and
+``/tmp`` and the read-only ``/mnt/skills``, no capabilities, resource limits,
+and no process left behind when the command ends (``sandbox.isolation``
+module). Paths inside are the virtual ones; nothing of the server (its
+environment, processes, other users' directories) is visible.
+
+Without namespaces the command would run on the host as the server's user,
+which is NOT a boundary: then commands are refused unless auth mode is
+``none`` or ``sandbox.allow_unisolated_bash`` is true, and the log says so
+loudly. File tools work either way: they refuse escapes, never follow links
+and refuse hard-linked files. ``sandbox.allow_host_bash: false`` switches
+commands off altogether.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import shutil
 import signal
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from auth.identity import make_safe_user_id
 from runtime.paths import (
@@ -44,6 +51,7 @@ from sandbox.base import (
     SandboxProvider,
 )
 from sandbox.env import filter_env
+from sandbox.isolation import CommandLauncher, CommandLimits, probe_namespaces
 from sandbox.paths import (
     VirtualPath,
     host_to_virtual,
@@ -54,15 +62,23 @@ from sandbox.paths import (
 if TYPE_CHECKING:
     from runtime.config import Settings
 
-__all__ = ["NOT_ISOLATED_WARNING", "LocalSandbox", "LocalSandboxProvider"]
+__all__ = [
+    "ISOLATION_MODES",
+    "NOT_ISOLATED_WARNING",
+    "LocalSandbox",
+    "LocalSandboxProvider",
+]
 
 logger = logging.getLogger(__name__)
 
 NOT_ISOLATED_WARNING = (
-    "LocalSandboxProvider runs agent commands on this host as the server's user; "
-    "it is NOT an isolation boundary. Use it for development only "
-    "(set sandbox.allow_host_bash: false to switch commands off)."
+    "!!! LocalSandboxProvider runs agent commands on this host as the server's user, "
+    "WITHOUT namespaces: it is NOT an isolation boundary (a command can read the "
+    "server's environment, processes and every user's files). Use it for development "
+    "only (set sandbox.allow_host_bash: false to switch commands off) !!!"
 )
+ISOLATION_MODES = ("auto", "required", "off")
+_ISOLATED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 MAX_LIST_ENTRIES = 1000
 MAX_GLOB_RESULTS = 1000
@@ -160,8 +176,24 @@ class LocalSandbox(Sandbox):
         max_read_bytes: int,
         max_download_bytes: int,
         secret_env_patterns: Iterable[str],
+        launcher: CommandLauncher | None = None,
+        refusal: str | None = None,
+        search_timeout: float = 10.0,
     ) -> None:
         super().__init__(sandbox_id, user_id=user_id, thread_id=thread_id)
+        self._launcher = launcher or CommandLauncher(limits=CommandLimits(), root=None)
+        self._refusal = refusal
+        self._search_timeout = search_timeout
+        self._skills_dir = skills_dir
+        thread_chain = paths.user_data.parent.relative_to(data_root).parts
+        self._tmp_root = _hostfs.HostRoot("/tmp", data_root, (*thread_chain, "tmp"))
+        self._thread_root = _hostfs.HostRoot("/", data_root, thread_chain)
+        launcher = self._launcher
+        # A root server hands the thread's directories to the sandbox's unprivileged user.
+        self._owner = (
+            (launcher.uid, launcher.gid) if launcher.isolated and os.geteuid() == 0 else None
+        )
+        self._prepared = False
         self.paths = paths
         self._shell = shell
         self._allow_commands = allow_commands
@@ -214,6 +246,8 @@ class LocalSandbox(Sandbox):
             raise SandboxError(
                 "shell commands are switched off on this server (sandbox.allow_host_bash: false)"
             )
+        if self._refusal is not None:
+            raise SandboxError(self._refusal)
         if not isinstance(command, str) or not command.strip():
             raise SandboxError("command is empty")
         if "\x00" in command:
@@ -222,25 +256,58 @@ class LocalSandbox(Sandbox):
         if limit <= 0:
             raise SandboxError(f"timeout must be positive, got {timeout}")
         await asyncio.to_thread(_hostfs.ensure_dirs, self._roots[VIRTUAL_WORKSPACE])
-        host_command = virtual_to_host_in_command(command, self._to_host)
-        command_env = filter_env(os.environ, env, extra_patterns=self._secret_patterns)
-        command_env["PWD"] = str(self.paths.workspace)
+        launcher = self._launcher
+        if launcher.isolated:
+            if not self._prepared:
+                await asyncio.to_thread(self._prepare_dirs)
+            base = {
+                "PATH": _ISOLATED_PATH,
+                "HOME": VIRTUAL_WORKSPACE,
+                "PWD": VIRTUAL_WORKSPACE,
+                "TMPDIR": "/tmp",
+                "LANG": "C.UTF-8",
+                "TERM": "dumb",
+                "USER": "sandbox",
+            }
+            plan = launcher.plan(
+                command,
+                env=filter_env(base, env, extra_patterns=self._secret_patterns),
+                cwd=VIRTUAL_WORKSPACE,
+                user_data=str(self.paths.user_data),
+                tmp=str(self.paths.user_data.parent / "tmp"),
+                skills=str(self._skills_dir) if self._skills_dir is not None else None,
+            )
+        else:
+            command_env = filter_env(os.environ, env, extra_patterns=self._secret_patterns)
+            command_env["PWD"] = str(self.paths.workspace)
+            plan = launcher.plan(
+                virtual_to_host_in_command(command, self._to_host),
+                env=command_env,
+                cwd=str(self.paths.workspace),
+                shell=self._shell,
+            )
         loop = asyncio.get_running_loop()
         capture = _OutputCapture(self._max_output)
         protocol = _CommandProtocol(capture, loop)
         transport, _ = await loop.subprocess_exec(
             lambda: protocol,
-            self._shell,
-            "-c",
-            host_command,
-            stdin=asyncio.subprocess.DEVNULL,
+            *plan.argv,
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             cwd=str(self.paths.workspace),
-            env=command_env,
+            env={"PATH": os.defpath, "LANG": "C.UTF-8"},
             start_new_session=True,
         )
         pid = transport.get_pid()
+        # Duck-typed: uvloop's pipe transports are not asyncio.WriteTransport subclasses.
+        stdin = cast("asyncio.WriteTransport | None", transport.get_pipe_transport(0))
+        if stdin is None:
+            _kill_group(pid)
+            transport.close()
+            raise SandboxError("the command's input pipe could not be opened")
+        stdin.write(plan.spec)
+        stdin.close()
         timed_out = False
         try:
             try:
@@ -267,6 +334,25 @@ class LocalSandbox(Sandbox):
             truncated=truncated,
         )
 
+    def _prepare_dirs(self) -> None:
+        _hostfs.ensure_dirs(self._tmp_root)
+        for name in ("workspace", "uploads", "outputs"):
+            _hostfs.ensure_dirs(self._roots[f"{VIRTUAL_USER_DATA}/{name}"])
+        if self._owner is not None:
+            for parts in (
+                ("user-data",),
+                ("user-data", "workspace"),
+                ("user-data", "uploads"),
+                ("user-data", "outputs"),
+                ("tmp",),
+            ):
+                _hostfs.give_to(self._thread_root, parts, *self._owner)
+        self._prepared = True
+
+    def _hand_over(self, root: _hostfs.HostRoot, parts: tuple[str, ...]) -> None:
+        if self._owner is not None:
+            _hostfs.give_to(root, parts, *self._owner)
+
     # --- files -------------------------------------------------------------------
 
     async def read_file(
@@ -288,6 +374,8 @@ class LocalSandbox(Sandbox):
         root, virtual = self._resolve(path, write=True)
         data = content.encode("utf-8", errors="surrogatepass")
         await asyncio.to_thread(_hostfs.write_bytes, root, virtual.parts, data, append=append)
+        if self._owner is not None:
+            await asyncio.to_thread(self._hand_over, root, virtual.parts)
 
     async def list_dir(self, path: str, max_depth: int = 2) -> list[str]:
         root, virtual = self._resolve(path)
@@ -299,9 +387,13 @@ class LocalSandbox(Sandbox):
     async def glob(self, pattern: str, path: str) -> list[str]:
         _check_relative_pattern(pattern)
         root, virtual = self._resolve(path)
-        return await asyncio.to_thread(
-            _hostfs.glob_paths, root, virtual.parts, pattern, limit=MAX_GLOB_RESULTS
+        found = await _hostfs.search_in_subprocess(
+            root,
+            virtual.parts,
+            {"op": "glob", "pattern": pattern, "limit": MAX_GLOB_RESULTS},
+            timeout=self._search_timeout,
         )
+        return [str(p) for p in found]
 
     async def grep(
         self,
@@ -313,23 +405,31 @@ class LocalSandbox(Sandbox):
         case_sensitive: bool = False,
         max_results: int = 100,
     ) -> list[GrepMatch]:
-        regex = compile_search_pattern(pattern, literal=literal, case_sensitive=case_sensitive)
+        compile_search_pattern(pattern, literal=literal, case_sensitive=case_sensitive)
         if glob is not None:
             _check_relative_pattern(glob)
         root, virtual = self._resolve(path)
-        return await asyncio.to_thread(
-            _hostfs.grep_files,
+        found = await _hostfs.search_in_subprocess(
             root,
             virtual.parts,
-            regex,
-            file_glob=glob,
-            max_results=min(max(int(max_results), 1), MAX_GREP_RESULTS),
-            max_file_bytes=self._max_read,
+            {
+                "op": "grep",
+                "pattern": pattern,
+                "literal": bool(literal),
+                "case_sensitive": bool(case_sensitive),
+                "glob": glob,
+                "max_results": min(max(int(max_results), 1), MAX_GREP_RESULTS),
+                "max_bytes": self._max_read,
+            },
+            timeout=self._search_timeout,
         )
+        return [GrepMatch(path=str(p), line_number=int(n), line=str(line)) for p, n, line in found]
 
     async def upload_bytes(self, path: str, data: bytes) -> None:
         root, virtual = self._resolve(path, write=True)
         await asyncio.to_thread(_hostfs.write_bytes, root, virtual.parts, bytes(data), append=False)
+        if self._owner is not None:
+            await asyncio.to_thread(self._hand_over, root, virtual.parts)
 
     async def download_bytes(self, path: str) -> bytes:
         root, virtual = self._resolve(path)
@@ -380,9 +480,26 @@ class LocalSandboxProvider(SandboxProvider):
         max_read_bytes: int = 10 * 1024 * 1024,
         max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
         secret_env_patterns: Iterable[str] = (),
+        isolation: str = "auto",
+        allow_unisolated_bash: bool = False,
+        auth_mode: str | None = None,
+        network: bool = False,
+        limits: CommandLimits | None = None,
+        search_timeout: float = 10.0,
     ) -> None:
         from runtime.config import PROJECT_ROOT
 
+        self.search_timeout = search_timeout
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
+        self.isolation = isolation
+        self.allow_unisolated_bash = allow_unisolated_bash
+        self.auth_mode = auth_mode
+        self.network = network
+        self.limits = limits or CommandLimits()
+        self._launcher: CommandLauncher | None = None
+        self._refusal: str | None = None
+        self._probe_lock = asyncio.Lock()
         self.data_root = Path(data_root) if data_root is not None else PROJECT_ROOT / ".deer-flow"
         self.skills_dir = Path(skills_dir) if skills_dir is not None else None
         self.allow_host_bash = allow_host_bash
@@ -393,8 +510,6 @@ class LocalSandboxProvider(SandboxProvider):
         self.secret_env_patterns = tuple(secret_env_patterns)
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        if allow_host_bash:
-            logger.warning(NOT_ISOLATED_WARNING)
         if _SHELL_UNSAFE.search(str(self.data_root)):
             logger.warning(
                 "data_root %s contains characters a shell treats specially; "
@@ -420,11 +535,80 @@ class LocalSandboxProvider(SandboxProvider):
             max_output_bytes=section.max_output_bytes,
             max_read_bytes=section.max_read_bytes,
             secret_env_patterns=section.secret_env_patterns,
+            isolation=section.isolation,
+            search_timeout=section.search_timeout_seconds,
+            allow_unisolated_bash=section.allow_unisolated_bash,
+            auth_mode=settings.auth.effective_mode,
+            network=section.network,
+            limits=CommandLimits(
+                max_processes=section.limits.max_processes,
+                max_memory_bytes=section.limits.max_memory_mb * 1024 * 1024,
+                max_cpu_seconds=section.limits.max_cpu_seconds,
+                max_file_bytes=section.limits.max_file_mb * 1024 * 1024,
+                max_open_files=section.limits.max_open_files,
+            ),
         )
 
     @property
     def allows_commands(self) -> bool:
-        return self.allow_host_bash
+        """False when commands are off, or when the isolation check refused them."""
+        if not self.allow_host_bash:
+            return False
+        return self._launcher is None or self._refusal is None
+
+    @property
+    def isolated(self) -> bool | None:
+        """Whether commands run in namespaces (None until the first acquire checked)."""
+        return None if self._launcher is None else self._launcher.isolated
+
+    def _setup_commands(self) -> tuple[CommandLauncher, str | None]:
+        """Check once whether commands can be isolated, and decide what to do if not."""
+        reason: str | None = "sandbox.isolation is 'off'"
+        root = None
+        if self.isolation != "off":
+            reason, root = probe_namespaces(network=self.network)
+        launcher = CommandLauncher(limits=self.limits, root=root, network=self.network)
+        if not self.allow_host_bash:
+            return launcher, None
+        if launcher.isolated:
+            logger.info(
+                "local sandbox: every command runs in its own user/pid/mount/ipc/uts%s "
+                "namespaces with limits %s",
+                "" if self.network else "/net",
+                self.limits,
+            )
+            return launcher, None
+        if self.isolation == "required":
+            refusal = (
+                f"shell commands are off on this server: sandbox.isolation is 'required' but "
+                f"{reason}"
+            )
+            logger.error("local sandbox: %s", refusal)
+            return launcher, refusal
+        if self.auth_mode == "none" or self.allow_unisolated_bash:
+            logger.warning("%s (why: %s)", NOT_ISOLATED_WARNING, reason)
+            return launcher, None
+        refusal = (
+            f"shell commands are off on this server: they cannot be isolated ({reason}), and "
+            "host commands are only allowed in auth mode 'none' or with "
+            "sandbox.allow_unisolated_bash: true"
+        )
+        logger.error("local sandbox: %s", refusal)
+        return launcher, refusal
+
+    async def start(self) -> None:
+        """Check isolation at server start (the app's lifespan calls this), so the log says
+        at once whether commands are isolated, refused, or (loudly) run on the host."""
+        await self._ensure_setup()
+
+    async def _ensure_setup(self) -> None:
+        if self._launcher is not None:
+            return
+        async with self._probe_lock:
+            if self._launcher is None:
+                launcher, refusal = await asyncio.to_thread(self._setup_commands)
+                self._refusal = refusal
+                self._launcher = launcher
 
     @staticmethod
     def sandbox_id_for(user_id: str, thread_id: str) -> str:
@@ -438,6 +622,7 @@ class LocalSandboxProvider(SandboxProvider):
         sandbox_id = self.sandbox_id_for(user_id, thread_id)
         if sandbox_id in self._sandboxes:
             return sandbox_id
+        await self._ensure_setup()
         lock = self._locks.setdefault(sandbox_id, asyncio.Lock())
         async with lock:
             if sandbox_id not in self._sandboxes:
@@ -481,6 +666,9 @@ class LocalSandboxProvider(SandboxProvider):
             max_read_bytes=self.max_read_bytes,
             max_download_bytes=self.max_download_bytes,
             secret_env_patterns=self.secret_env_patterns,
+            launcher=self._launcher,
+            refusal=self._refusal,
+            search_timeout=self.search_timeout,
         )
 
     def get(self, sandbox_id: str) -> LocalSandbox | None:

@@ -206,15 +206,17 @@ async def _str_replace(
     async def operation(binding: SandboxBinding) -> str:
         if old_str == "":
             raise SandboxError("old_str is empty; give the exact text to replace")
-        raw = await binding.sandbox.download_bytes(path)
-        if b"\x00" in raw[:8192]:
-            raise SandboxError(f"{path}: is a binary file; str_replace edits text files only")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SandboxError(
-                f"{path}: is not valid UTF-8; str_replace would corrupt it (use bash instead)"
-            ) from None
+        limit = binding.settings.sandbox.max_read_bytes
+        # Read with read_file's own limit (and binary refusal), never a bigger one.
+        text = await binding.sandbox.read_file(path)
+        if "\ufffd" in text:  # undecodable bytes, or a real U+FFFD: check the exact bytes
+            raw = await binding.sandbox.download_bytes(path)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise SandboxError(
+                    f"{path}: is not valid UTF-8; str_replace would corrupt it (use bash instead)"
+                ) from None
         count = text.count(old_str)
         if count == 0:
             raise SandboxError(
@@ -225,11 +227,23 @@ async def _str_replace(
                 f"old_str occurs {count} times in {path}; add surrounding text to make it "
                 "unique, or set replace_all to true"
             )
+        replaced = count if replace_all else 1
+        # Size the result before building it: replace_all can multiply a file.
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        growth = len(new_str.encode("utf-8", errors="surrogatepass")) - len(
+            old_str.encode("utf-8", errors="surrogatepass")
+        )
+        if size + replaced * growth > limit:
+            raise SandboxError(
+                f"str_replace refused: replacing {replaced} occurrence"
+                f"{'s' if replaced != 1 else ''} would make {path} {size + replaced * growth} "
+                f"bytes, more than the {limit}-byte limit of the file tools; make a smaller "
+                "edit or generate the file with bash"
+            )
         updated = (
             text.replace(old_str, new_str) if replace_all else text.replace(old_str, new_str, 1)
         )
         await binding.sandbox.write_file(path, updated)
-        replaced = count if replace_all else 1
         return f"Replaced {replaced} occurrence{'s' if replaced != 1 else ''} in {path}."
 
     return await run_sandbox_tool("str_replace", runtime, operation)

@@ -20,6 +20,7 @@ commands through the provider's shell, and ``/tmp`` inside the sandbox as the
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -185,6 +186,19 @@ class SandboxContract:
         )
         assert check.output.strip() == "gone", check.output
 
+    async def test_no_process_outlives_its_command(self, sandbox: Sandbox) -> None:
+        """Background, setsid and double-forked children are gone when the command ends (13.7)."""
+        marker = f"{700 + os.getpid() % 100}.{os.getpid() % 89}"
+        result = await sandbox.execute_command(
+            f"setsid sleep {marker} & (sleep {marker} &); sh -c 'sleep {marker} &' & echo started"
+        )
+        assert result.output.strip() == "started"
+        check = await sandbox.execute_command(
+            f"for p in /proc/[0-9]*; do {{ tr '\\0' ' ' < $p/cmdline; }} 2>/dev/null; echo; done "
+            f"| grep -c 'slee[p] {marker}' || true"
+        )
+        assert check.output.strip() == "0", check.output
+
     async def test_fifty_megabytes_of_output_are_capped_while_streaming(
         self, sandbox: Sandbox
     ) -> None:
@@ -342,6 +356,31 @@ class SandboxContract:
                 await sandbox.glob(pattern, WS)
             with pytest.raises(SandboxPathError):
                 await sandbox.grep("x", WS, glob=pattern)
+
+    async def test_hard_linked_files_are_refused(self, sandbox: Sandbox) -> None:
+        """A second name for a file may be a host file's: every file tool refuses it (13.12)."""
+        made = await sandbox.execute_command(
+            f"echo 'linked-secret-line' > {WS}/orig.txt && ln {WS}/orig.txt {WS}/hard.txt"
+        )
+        assert made.exit_code == 0, made.output
+        for path in (f"{WS}/orig.txt", f"{WS}/hard.txt"):
+            with pytest.raises(SandboxError, match="hard link"):
+                await sandbox.read_file(path)
+            with pytest.raises(SandboxError, match="hard link"):
+                await sandbox.download_bytes(path)
+            with pytest.raises(SandboxError, match="hard link"):
+                await sandbox.write_file(path, "appended", append=True)
+            with pytest.raises(SandboxError, match="hard link"):
+                await sandbox.write_file(path, "replaced")
+        assert await sandbox.grep("linked-secret-line", WS) == []
+        intact = await sandbox.execute_command(f"cat {WS}/orig.txt")
+        assert intact.output == "linked-secret-line\n"
+
+    async def test_a_catastrophic_regex_stops_at_its_limit(self, sandbox: Sandbox) -> None:
+        await sandbox.write_file(f"{WS}/redos.txt", "a" * 34 + "!\n")
+        with pytest.raises(SandboxError, match="limit"):
+            await sandbox.grep("(a+)+$", WS, max_results=1)
+        assert await sandbox.grep("a+!", WS) != []
 
     async def test_symlinks_pointing_out_are_never_followed(self, sandbox: Sandbox) -> None:
         outside = await self._outside_file(sandbox)

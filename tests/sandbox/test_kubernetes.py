@@ -127,6 +127,16 @@ async def test_timeout_is_enforced_inside_the_pod(env: Env) -> None:
     assert check.output.strip() == "1"
 
 
+async def test_commands_get_the_configured_rlimits_in_the_pod(k8s: Callable[..., Any]) -> None:
+    limits = {"limits": {"max_memory_mb": 512, "max_file_mb": 1, "max_cpu_seconds": 1}}
+    async with k8s(limits=limits) as (provider, _fake):
+        sandbox = await _sandbox(provider)
+        result = await sandbox.execute_command("ulimit -v; ulimit -f; ulimit -t")
+        assert result.output.split() == [str(512 * 1024), "1024", "1"]
+        spin = await sandbox.execute_command("while :; do :; done", timeout=30)
+        assert not spin.timed_out and spin.exit_code in (128 + 24, 128 + 9)
+
+
 async def test_huge_output_keeps_head_and_tail_and_stays_in_the_pod(
     k8s: Callable[..., Any],
 ) -> None:

@@ -26,7 +26,9 @@ class TestKubernetesSandboxContract(SandboxContract):
 
     @pytest.fixture
     async def sandbox_provider(self, tmp_path: Path) -> AsyncIterator[KubernetesSandboxProvider]:
-        async with kubernetes_provider(tmp_path, limits={"max_output_bytes": 64 * 1024}) as (
+        async with kubernetes_provider(
+            tmp_path, limits={"max_output_bytes": 64 * 1024, "search_timeout_seconds": 1}
+        ) as (
             provider,
             _fake,
         ):

@@ -13,6 +13,7 @@ from runtime.config import PROJECT_ROOT, load_settings
 from sandbox.base import SandboxError
 from sandbox.local import NOT_ISOLATED_WARNING, LocalSandbox, LocalSandboxProvider
 from sandbox.provider import get_sandbox_provider, reset_sandbox_providers
+from tests.support.processes import host_processes, wait_gone
 from tests.support.scripted import ai_text, write_config
 
 
@@ -38,7 +39,7 @@ async def test_commands_can_be_switched_off(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="sandbox.local"):
-        LocalSandboxProvider(tmp_path / "on")
+        await _sandbox(LocalSandboxProvider(tmp_path / "on", isolation="off", auth_mode="none"))
     assert NOT_ISOLATED_WARNING in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="sandbox.local"):
@@ -70,45 +71,43 @@ async def test_configured_secret_patterns(tmp_path: Path, monkeypatch: pytest.Mo
     assert "INTERNAL_ENDPOINT" not in result.output and "10.0.0.1" not in result.output
 
 
-async def test_cancellation_kills_the_process_group(tmp_path: Path) -> None:
-    sandbox = await _sandbox(LocalSandboxProvider(tmp_path / "data"))
-    pid_file = sandbox.paths.workspace / "child.pid"
-    task = asyncio.create_task(sandbox.execute_command(f"sleep 300 & echo $! > {pid_file}; wait"))
-    for _ in range(200):
-        if pid_file.exists() and pid_file.read_text().strip():
-            break
-        await asyncio.sleep(0.02)
-    child = int(pid_file.read_text())
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    for _ in range(200):
-        if _gone(child):
+ISOLATION_MODES = [
+    pytest.param({}, id="namespaces"),
+    pytest.param({"isolation": "off", "auth_mode": "none"}, id="host"),
+]
+
+
+@pytest.mark.parametrize("mode", ISOLATION_MODES)
+async def test_cancellation_kills_the_process_group(tmp_path: Path, mode: dict) -> None:
+    sandbox = await _sandbox(LocalSandboxProvider(tmp_path / "data", **mode))
+    marker = f"{300 + os.getpid() % 1000}.{id(sandbox) % 997}"
+    task = asyncio.create_task(sandbox.execute_command(f"sleep {marker} & wait"))
+    for _ in range(300):
+        if host_processes(f"sleep {marker}"):
             break
         await asyncio.sleep(0.02)
     else:
-        pytest.fail(f"child {child} survived the cancelled command")
+        pytest.fail("the command never started")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_gone(f"sleep {marker}")
 
 
-def _gone(pid: int) -> bool:
-    """No such process, or only a zombie waiting for its (new) parent to reap it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] in {"Z", "X"}
-    except OSError:
-        return True
-
-
-async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(tmp_path: Path) -> None:
-    sandbox = await _sandbox(LocalSandboxProvider(tmp_path / "data"))
-    result = await sandbox.execute_command("sleep 30 & echo $!; echo finished", timeout=60)
+@pytest.mark.parametrize("mode", ISOLATION_MODES)
+async def test_a_background_child_holding_the_pipe_does_not_hang_the_call(
+    tmp_path: Path, mode: dict
+) -> None:
+    sandbox = await _sandbox(LocalSandboxProvider(tmp_path / "data", **mode))
+    marker = f"{30 + os.getpid() % 1000}.{id(sandbox) % 991}"
+    result = await sandbox.execute_command(f"sleep {marker} & echo finished", timeout=60)
     assert not result.timed_out and result.exit_code == 0
-    pid, marker = result.output.split()
-    assert marker == "finished"
-    os.kill(int(pid), 9)
+    assert result.output.split() == ["finished"]
+    if mode:  # on the host, the shell's group is only killed on timeout or cancellation
+        for pid in host_processes(f"sleep {marker}"):
+            os.kill(pid, 9)
+    else:  # in namespaces nothing outlives the command
+        await wait_gone(f"sleep {marker}")
 
 
 def test_from_settings_and_the_shared_provider(tmp_path: Path) -> None:
@@ -134,3 +133,21 @@ def test_from_settings_and_the_shared_provider(tmp_path: Path) -> None:
     assert (provider.command_timeout, provider.max_output_bytes) == (7, 4096)
     assert provider.secret_env_patterns == ("CORP_*",)
     assert not provider.allows_commands
+
+
+async def test_a_hard_link_to_a_host_file_is_refused(tmp_path: Path) -> None:
+    """13.12: a link made on the host (or by an unisolated command) never leaks the file."""
+    host_secret = tmp_path / "host-secret.txt"
+    await asyncio.to_thread(host_secret.write_text, "host secret\n")
+    sandbox = await _sandbox(LocalSandboxProvider(tmp_path / "data"))
+    await sandbox.write_file("/mnt/user-data/workspace/seed.txt", "x")
+    await asyncio.to_thread(os.link, host_secret, sandbox.paths.workspace / "linked.txt")
+    for call in (
+        sandbox.read_file("/mnt/user-data/workspace/linked.txt"),
+        sandbox.download_bytes("/mnt/user-data/workspace/linked.txt"),
+        sandbox.write_file("/mnt/user-data/workspace/linked.txt", "pwned", append=True),
+    ):
+        with pytest.raises(SandboxError, match="hard link"):
+            await call
+    assert await sandbox.grep("host secret", "/mnt/user-data/workspace") == []
+    assert await asyncio.to_thread(host_secret.read_text) == "host secret\n"

@@ -21,7 +21,7 @@ class TestLocalSandboxContract(SandboxContract):
         skills = tmp_path / "skills"
         await asyncio.to_thread(skills.mkdir)
         provider = LocalSandboxProvider(
-            tmp_path / "data", skills_dir=skills, max_output_bytes=64 * 1024
+            tmp_path / "data", skills_dir=skills, max_output_bytes=64 * 1024, search_timeout=1
         )
         yield provider
         await provider.reset()

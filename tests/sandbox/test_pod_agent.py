@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import zlib
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +15,7 @@ from sandbox.kubernetes import _BOOTSTRAP, _parse_result
 def _run(
     request: dict[str, object], payload: bytes = b"", *, truncate: int = 0
 ) -> tuple[int, bytes, dict[str, object] | None]:
-    code = zlib.compress(Path(_pod_agent.__file__).read_bytes(), 9)
+    code = _pod_agent.bundle()
     encoded = json.dumps(request).encode()
     data = code + encoded + payload
     if truncate:

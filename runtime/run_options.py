@@ -71,6 +71,11 @@ class RunOptions:
     thread_id: str | None = None
     max_concurrent_subagents: int | None = None
     max_total_subagents: int | None = None
+    skill_references: tuple[Any, ...] | None = None
+    """Skills to activate for this turn (1-16 names, validated by SkillActivation)."""
+    skill_allowlist: tuple[str, ...] | None = None
+    """Only these skills (narrows, never widens; how a subagent inherits its parent's)."""
+    subagent_type: str | None = None
 
     def effective(self, *, subagents_default: bool) -> dict[str, Any]:
         """The switches as applied, for run metadata and middleware assembly."""
@@ -97,4 +102,35 @@ def resolve_run_options(config: RunnableConfig | None) -> RunOptions:
         thread_id=_text(values, "thread_id"),
         max_concurrent_subagents=_int(values, "max_concurrent_subagents"),
         max_total_subagents=_int(values, "max_total_subagents"),
+        skill_references=_references(values, "skill_references"),
+        skill_allowlist=_names(values, "skill_allowlist"),
+        subagent_type=_text(values, "subagent_type"),
     )
+
+
+def _names(values: dict[str, Any], key: str) -> tuple[str, ...] | None:
+    """A list of names; a malformed value narrows to nothing (closed), never widens."""
+    value = values.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple):
+        return tuple(v for v in value if isinstance(v, str))
+    return ()
+
+
+def _references(values: dict[str, Any], key: str) -> tuple[Any, ...] | None:
+    """A list of names; an empty list or null is "not given", a bare string one name.
+
+    Entries are kept as given: SkillActivationMiddleware rejects the whole batch
+    when any is not a valid, usable skill name.
+    """
+    value = values.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,) if value.strip() else None
+    if isinstance(value, list | tuple):
+        return tuple(value) or None
+    return (value,)

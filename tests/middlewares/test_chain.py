@@ -115,6 +115,8 @@ REAL_LEAD_DEFAULT: list[str] = [
     "SandboxAuditMiddleware",
     "ReadBeforeWriteMiddleware",
     "ToolErrorHandlingMiddleware",
+    "SkillActivationMiddleware",  # skills are on by default
+    "SkillToolPolicyMiddleware",
     "TitleMiddleware",
     "SystemMessageCoalescingMiddleware",
     "SubagentLimitMiddleware",  # subagents are on by default

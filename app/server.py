@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
-from app.routes import health, policies, uploads, whoami
+from app.routes import health, policies, skills, uploads, whoami
 from runtime.config import aget_settings
 from sandbox.provider import get_sandbox_provider
 
@@ -43,6 +43,6 @@ async def lifespan(_: Starlette) -> AsyncIterator[None]:
 
 
 app = Starlette(
-    routes=[*health.routes, *whoami.routes, *uploads.routes, *policies.routes],
+    routes=[*health.routes, *whoami.routes, *uploads.routes, *policies.routes, *skills.routes],
     lifespan=lifespan,
 )

@@ -4,23 +4,20 @@
   provenance) for strict ``/skill-name task`` syntax, and the run's inline
   ``skill_references``; both resolve through the live registry and the run's
   allowlist, all or nothing.
-- ``SkillChannel`` is the token both middlewares of one assembled chain share:
-  18 publishes the activation and 19 its tool decision into the run's context
-  under ``__``-prefixed keys (which the auth layer strips from caller input),
-  each signed with that token, so a value the caller or another chain wrote
-  is never trusted; an unsigned, foreign or stale value falls back to live
-  resolution.
+- ``SkillChannel``: 18 publishes the activation and 19 its tool decision,
+  run-scoped and process-private (never in the run's context, state or
+  stream, so neither forgeable nor observable); a missing or stale entry
+  falls back to live resolution.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
-import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import HumanMessage
@@ -158,50 +155,49 @@ def _resolve(
     return Activation(source, names, task, message_id, skills=tuple(skills))
 
 
-@dataclass
 class SkillChannel:
-    """The private token that authenticates 18 → 19 and 19 → its tool hook.
+    """Where 18 publishes an activation for 19, and 19 its decision for its tool hook.
 
-    ``SkillChannel.shared()`` is the one the assembled chains of this process
-    use: the token never leaves the process and is known to no caller.
+    Run-scoped and process-private: entries are keyed by (key, thread:run) and
+    never enter the run's context, state or stream, so a caller can neither
+    forge nor observe them. Without a known run id nothing is stored and the
+    readers resolve live. ``SkillChannel.shared()`` is the one assembled chains use.
     """
 
-    token: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    def __init__(self, max_entries: int = 4096) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be positive")
+        self._max = max_entries
+        self._store: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._lock = threading.Lock()
 
     @classmethod
     def shared(cls) -> SkillChannel:
         return _SHARED
 
-    def _sign(self, key: str, run: str, payload: Mapping[str, Any]) -> str:
-        body = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-        return hmac.new(
-            self.token, f"{key}\x00{run}\x00{body}".encode(), hashlib.sha256
-        ).hexdigest()
+    @staticmethod
+    def _usable(run: str) -> bool:
+        return bool(run) and "-" not in run.split(":")
 
-    def publish(self, context: Any, key: str, run: str, payload: Mapping[str, Any]) -> None:
-        """Store a signed, JSON-safe copy in the run context (when it is a mutable dict)."""
-        if not isinstance(context, dict):
+    def publish(self, key: str, run: str, payload: Mapping[str, Any]) -> None:
+        if not self._usable(run):
             return
-        context[key] = {
-            "v": 1,
-            "run": run,
-            "payload": dict(payload),
-            "sig": self._sign(key, run, payload),
-        }
+        body = json.dumps(dict(payload), sort_keys=True, default=str)
+        with self._lock:
+            self._store.pop((key, run), None)
+            self._store[(key, run)] = body
+            while len(self._store) > self._max:
+                self._store.popitem(last=False)
 
-    def read(self, context: Any, key: str, run: str) -> dict[str, Any] | None:
-        """The payload if it is ours, for this run, and untouched; else None."""
-        if not isinstance(context, Mapping):
+    def read(self, key: str, run: str) -> dict[str, Any] | None:
+        if not self._usable(run):
             return None
-        value = context.get(key)
-        if not isinstance(value, Mapping) or value.get("v") != 1 or value.get("run") != run:
+        with self._lock:
+            body = self._store.get((key, run))
+        if body is None:
             return None
-        payload, sig = value.get("payload"), value.get("sig")
-        if not isinstance(payload, Mapping) or not isinstance(sig, str):
-            return None
-        if not hmac.compare_digest(sig, self._sign(key, run, payload)):
-            return None
-        return dict(payload)
+        value = json.loads(body)
+        return value if isinstance(value, dict) else None
 
 
 _SHARED = SkillChannel()

@@ -185,7 +185,6 @@ class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
             )
         self._audit(activation, thread_id, run_id, outcome="activated")
         self.channel.publish(
-            getattr(request.runtime, "context", None),
             ACTIVATION_CONTEXT_KEY,
             f"{thread_id}:{run_id}",
             {

@@ -19,10 +19,10 @@ while another valid one remains.
 
 The model sees only the allowed schemas; a call to anything else (a model can
 still name a hidden tool) gets an error ``ToolMessage`` with
-``deerflow_tool_meta``. The model hook stores its decision, signed with the
-chain's token, in the run context (``__skill_tool_policy``) for the tool calls
-of that response; a missing, foreign or tampered decision falls back to live
-resolution. Successful reads of skill files are stamped ``deerflow_skill_read``
+``deerflow_tool_meta``. The model hook stores its decision (run-scoped and
+process-private, see ``SkillChannel``) for the tool calls of that response;
+its paths are re-checked against the live registry, and a missing decision
+falls back to live resolution. Successful reads of skill files are stamped ``deerflow_skill_read``
 and a read ``SKILL.md`` joins ``skill_context``.
 
 This is behavioural scoping, not a security boundary: ``bash cat`` of a skill
@@ -234,8 +234,8 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
                         paths.append(ref["path"])
         return paths
 
-    def _live(self, messages: Sequence[Any], context: Any, run: str) -> _Decision:
-        published = self.channel.read(context, ACTIVATION_CONTEXT_KEY, run)
+    def _live(self, messages: Sequence[Any], run: str) -> _Decision:
+        published = self.channel.read(ACTIVATION_CONTEXT_KEY, run)
         if published is not None and isinstance(published.get("paths"), list):
             source = published.get("source")
             return self._from_paths(
@@ -263,10 +263,9 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
     # --- model side ----------------------------------------------------------------
 
     def _filtered(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        context = getattr(request.runtime, "context", None)
         run = self._run()
-        decision = self._live(request.messages, context, run)
-        self.channel.publish(context, POLICY_CONTEXT_KEY, run, decision.as_payload())
+        decision = self._live(request.messages, run)
+        self.channel.publish(POLICY_CONTEXT_KEY, run, decision.as_payload())
         if decision.allowed is None:
             return request
         tools = [t for t in request.tools if decision.permits(_tool_name(t) or "")]
@@ -291,9 +290,8 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
     # --- tool side -----------------------------------------------------------------
 
     def _decision_for_tool(self, request: ToolCallRequest) -> _Decision:
-        context = getattr(request.runtime, "context", None)
         run = self._run()
-        stored = self.channel.read(context, POLICY_CONTEXT_KEY, run)
+        stored = self.channel.read(POLICY_CONTEXT_KEY, run)
         decision = _Decision.from_payload(stored) if stored is not None else None
         if decision is not None:
             if decision.source in ("none", "fail_closed"):
@@ -302,7 +300,7 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
             return self._from_paths(decision.source, decision.paths)
         state = request.state if isinstance(request.state, dict) else {}
         messages = state.get("messages") or []
-        return self._live(messages, None, run)
+        return self._live(messages, run)
 
     def _blocked(self, request: ToolCallRequest, decision: _Decision) -> ToolMessage:
         name = str(request.tool_call.get("name") or "")

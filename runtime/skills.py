@@ -234,7 +234,7 @@ def _load_root(
         if folder.name.startswith(".") or not folder.is_dir() or folder.is_symlink():
             continue
         skill_md = folder / SKILL_FILE
-        where = str(skill_md)
+        where = f"{source}/{folder.name}/{SKILL_FILE}"  # shown over HTTP: no host path
         if not skill_md.is_file():
             continue
         try:
@@ -242,8 +242,14 @@ def _load_root(
             name, description, allowed, license_ = _validate(meta, where, folder.name)
             files, executable = _read_folder(folder, where)
         except (SkillFormatError, OSError, UnicodeDecodeError) as exc:
-            message = str(exc) if isinstance(exc, SkillFormatError) else f"{where}: {exc}"
+            if isinstance(exc, SkillFormatError):
+                message = str(exc)
+            elif isinstance(exc, OSError):
+                message = f"{where}: {exc.strerror or type(exc).__name__}"
+            else:
+                message = f"{where}: not UTF-8 text"
             warnings.append(f"skill skipped: {message}")
+            logger.debug("skill file with the problem: %s", skill_md)
             continue
         if len(body) > max_body:
             body = body[:max_body] + "\n\n[... SKILL.md cut at the configured limit ...]\n"
@@ -283,12 +289,12 @@ def load_skill_registry(settings: Any) -> SkillRegistry:
         _root_path(section.custom_path), "custom", disabled, section.max_body_chars, warnings
     )
     for name in sorted(set(public) & set(custom)):
-        warnings.append(
-            f"skill {name!r} exists in both roots; the custom one ({custom[name].directory}) wins"
-        )
+        warnings.append(f"skill {name!r} exists in both roots; the custom one (custom/{name}) wins")
     merged = {**public, **custom}
     for message in warnings:
-        logger.warning(message)
+        logger.warning(
+            "%s (public root %s, custom root %s)", message, section.public_path, section.custom_path
+        )
     return SkillRegistry(skills=dict(sorted(merged.items())), warnings=tuple(warnings))
 
 

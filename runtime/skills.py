@@ -173,6 +173,10 @@ def _validate(
     meta: dict[str, Any], where: str, folder: str
 ) -> tuple[str, str, tuple[str, ...] | None, str | None]:
     name = meta.get("name")
+    if isinstance(name, bool | int | float):
+        raise SkillFormatError(
+            f"{where}: 'name' was read as {name!r} by YAML; quote it (name: \"{folder}\")"
+        )
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise SkillFormatError(
             f"{where}: 'name' must be lowercase letters, digits and '-' (got {name!r})"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,9 @@ def test_projection_holds_enabled_skills_read_only(tmp_path: Path) -> None:
     assert (root / "public" / "csv-analysis" / "scripts" / "analyze_csv.py").is_file()
     assert not (root / "custom" / "off-skill").exists()
     assert stat.S_IMODE(skill_md.stat().st_mode) == 0o444
-    assert stat.S_IMODE((root / "custom" / "my-skill" / "scripts" / "run.sh").stat().st_mode) == 0o555
+    assert (
+        stat.S_IMODE((root / "custom" / "my-skill" / "scripts" / "run.sh").stat().st_mode) == 0o555
+    )
     assert stat.S_IMODE((root / "custom" / "my-skill").stat().st_mode) == 0o555
     leftovers = [p.name for p in root.parent.iterdir() if p.name.startswith(".")]
     assert leftovers == []
@@ -83,9 +84,10 @@ k8s_reason = namespaces_supported()
 @pytest.mark.skipif(k8s_reason is not None, reason=k8s_reason or "")
 async def test_kubernetes_pod_gets_a_read_only_copy_once(tmp_path: Path) -> None:
     settings = await asyncio.to_thread(_settings, tmp_path)
-    async with kubernetes_provider(
-        tmp_path / "k8s", skills=pod_skills_source(settings)
-    ) as (provider, fake):
+    async with kubernetes_provider(tmp_path / "k8s", skills=pod_skills_source(settings)) as (
+        provider,
+        fake,
+    ):
         sandbox_id = await provider.acquire("t1", user_id="alice")
         sandbox = provider.get(sandbox_id)
         assert sandbox is not None
@@ -113,6 +115,6 @@ async def test_kubernetes_pod_gets_a_read_only_copy_once(tmp_path: Path) -> None
         fake.reset_counts()
         await provider.acquire("t1", user_id="alice")
         assert fake.count("exec") == 0
-        pod_dir = fake.pod_dir("deerflow-sandbox", sandbox_id)
-        assert (pod_dir / "skills" / "custom" / "my-skill" / "SKILL.md").is_file()
-        assert not os.path.exists(pod_dir / "skills" / ".staging-1")
+        listing = await sandbox.execute_command("ls -a /mnt/skills")
+        assert ".deerflow-skills-digest" in listing.output
+        assert ".staging" not in listing.output  # the unpack left nothing behind

@@ -58,7 +58,11 @@ def _headers(sub: str = "alice") -> dict[str, str]:
 
 def _custom_root(tmp_path: Path) -> Path:
     root = tmp_path / "custom-skills"
-    for name, text in (("my-skill", MY_SKILL), ("off-skill", OFF_SKILL), ("open-skill", OPEN_SKILL)):
+    for name, text in (
+        ("my-skill", MY_SKILL),
+        ("off-skill", OFF_SKILL),
+        ("open-skill", OPEN_SKILL),
+    ):
         (root / name / "scripts").mkdir(parents=True)
         (root / name / "SKILL.md").write_text(text, encoding="utf-8")
     (root / "my-skill" / "scripts" / "hello.py").write_text("print('hello from my-skill')\n")
@@ -221,9 +225,7 @@ async def test_unknown_and_disabled_skills_are_answered_without_a_model_call(
     assert recorded_calls(key) == []
 
 
-async def test_skill_references_activate_all_or_nothing(
-    lg_client: Any, skills_config: Any
-) -> None:
+async def test_skill_references_activate_all_or_nothing(lg_client: Any, skills_config: Any) -> None:
     key = skills_config([ai_text("ok")])
     _, values = await _run(
         lg_client, "greet Bob", context={"skill_references": ["my-skill", "open-skill"]}

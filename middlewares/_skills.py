@@ -12,11 +12,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ __all__ = [
     "ACTIVATION_MARKER_KEY",
     "FRAMEWORK_SAFE_TOOLS",
     "MAX_SKILL_REFERENCES",
+    "PLAIN_TURN",
     "POLICY_CONTEXT_KEY",
     "Activation",
     "SkillChannel",
@@ -168,7 +168,7 @@ class SkillChannel:
         if max_entries < 1:
             raise ValueError("max_entries must be positive")
         self._max = max_entries
-        self._store: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._store: OrderedDict[tuple[str, str], object] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
@@ -179,25 +179,24 @@ class SkillChannel:
     def _usable(run: str) -> bool:
         return bool(run) and "-" not in run.split(":")
 
-    def publish(self, key: str, run: str, payload: Mapping[str, Any]) -> None:
+    def publish(self, key: str, run: str, value: object) -> None:
+        """Keep ``value`` (an immutable object) for ``run``; nothing without a run id."""
         if not self._usable(run):
             return
-        body = json.dumps(dict(payload), sort_keys=True, default=str)
         with self._lock:
             self._store.pop((key, run), None)
-            self._store[(key, run)] = body
+            self._store[(key, run)] = value
             while len(self._store) > self._max:
                 self._store.popitem(last=False)
 
-    def read(self, key: str, run: str) -> dict[str, Any] | None:
+    def read(self, key: str, run: str) -> object | None:
         if not self._usable(run):
             return None
         with self._lock:
-            body = self._store.get((key, run))
-        if body is None:
-            return None
-        value = json.loads(body)
-        return value if isinstance(value, dict) else None
+            return self._store.get((key, run))
 
+
+PLAIN_TURN = object()
+"""Published by SkillActivation when the run activates nothing."""
 
 _SHARED = SkillChannel()

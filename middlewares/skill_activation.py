@@ -41,11 +41,12 @@ from middlewares._run_scope import current_run_key, emit_event
 from middlewares._skills import (
     ACTIVATION_CONTEXT_KEY,
     ACTIVATION_MARKER_KEY,
+    PLAIN_TURN,
     Activation,
     SkillChannel,
     find_activation,
 )
-from runtime.run_options import resolve_run_options
+from runtime.run_options import merged_run_config, skill_references_of
 from runtime.skills import SkillRegistry
 
 __all__ = ["EVENT_TYPE", "SkillActivationMiddleware", "render_activation"]
@@ -158,15 +159,26 @@ class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
     def _plan(
         self, request: ModelRequest[Any]
     ) -> AIMessage | tuple[ModelRequest[Any], dict[str, Any] | None] | None:
-        try:
-            config = get_config()
-        except RuntimeError:
-            config = None
-        references = resolve_run_options(config).skill_references
-        activation = find_activation(request.messages, references, self.registry, self.allowlist)
+        thread_id, run_id = current_run_key()
+        run = f"{thread_id}:{run_id}"
+        cached = self.channel.read(ACTIVATION_CONTEXT_KEY, run)
+        activation: Activation | None
+        if isinstance(cached, Activation):
+            activation = cached  # the same run: resolved once, replayed
+        elif cached is PLAIN_TURN:
+            return None
+        else:
+            try:
+                config = get_config()
+            except RuntimeError:
+                config = None
+            references = skill_references_of(merged_run_config(config))
+            activation = find_activation(
+                request.messages, references, self.registry, self.allowlist
+            )
+            self.channel.publish(ACTIVATION_CONTEXT_KEY, run, activation or PLAIN_TURN)
         if activation is None:
             return None
-        thread_id, run_id = current_run_key()
         if activation.error is not None:
             self._audit(activation, thread_id, run_id, outcome="refused")
             return AIMessage(
@@ -184,15 +196,6 @@ class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
                 },
             )
         self._audit(activation, thread_id, run_id, outcome="activated")
-        self.channel.publish(
-            ACTIVATION_CONTEXT_KEY,
-            f"{thread_id}:{run_id}",
-            {
-                "source": activation.source,
-                "names": list(activation.names),
-                "paths": activation.paths,
-            },
-        )
         block = HumanMessage(
             content=render_activation(activation),
             **provenance_kwargs(

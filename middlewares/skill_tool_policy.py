@@ -21,8 +21,8 @@ The model sees only the allowed schemas; a call to anything else (a model can
 still name a hidden tool) gets an error ``ToolMessage`` with
 ``deerflow_tool_meta``. The model hook stores its decision (run-scoped and
 process-private, see ``SkillChannel``) for the tool calls of that response;
-its paths are re-checked against the live registry, and a missing decision
-falls back to live resolution. Successful reads of skill files are stamped ``deerflow_skill_read``
+every model call refreshes it, and a tool call without one (no run id, or a
+resumed run) resolves live from the state's messages. Successful reads of skill files are stamped ``deerflow_skill_read``
 and a read ``SKILL.md`` joins ``skill_context``.
 
 This is behavioural scoping, not a security boundary: ``bash cat`` of a skill
@@ -48,13 +48,15 @@ from middlewares._skills import (
     ACTIVATION_CONTEXT_KEY,
     ACTIVATION_MARKER_KEY,
     FRAMEWORK_SAFE_TOOLS,
+    PLAIN_TURN,
     POLICY_CONTEXT_KEY,
+    Activation,
     SkillChannel,
     find_activation,
     latest_user_message,
 )
 from middlewares._tool_meta import blocked_tool_message
-from runtime.run_options import resolve_run_options
+from runtime.run_options import merged_run_config, skill_references_of
 from runtime.skills import Skill, SkillRegistry, skill_ref_for_path
 
 __all__ = ["SKILL_READ_KEY", "SkillToolPolicyMiddleware"]
@@ -77,21 +79,6 @@ class _Decision:
             "paths": list(self.paths),
             "allowed": sorted(self.allowed) if self.allowed is not None else None,
         }
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> _Decision | None:
-        source, paths, allowed = payload.get("source"), payload.get("paths"), payload.get("allowed")
-        if not isinstance(source, str) or not isinstance(paths, list):
-            return None
-        if allowed is not None and not (
-            isinstance(allowed, list) and all(isinstance(a, str) for a in allowed)
-        ):
-            return None
-        return cls(
-            source,
-            tuple(p for p in paths if isinstance(p, str)),
-            frozenset(allowed) if allowed is not None else None,
-        )
 
 
 _OPEN = _Decision("none")
@@ -236,17 +223,17 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
 
     def _live(self, messages: Sequence[Any], run: str) -> _Decision:
         published = self.channel.read(ACTIVATION_CONTEXT_KEY, run)
-        if published is not None and isinstance(published.get("paths"), list):
-            source = published.get("source")
-            return self._from_paths(
-                source if isinstance(source, str) else "slash",
-                [p for p in published["paths"] if isinstance(p, str)],
-            )
-        injected = _injected_activation(messages)
-        if injected is not None:
-            return self._from_paths(injected[0], injected[1])
-        references = resolve_run_options(_run_config()).skill_references
-        activation = find_activation(messages, references, self.registry, self.allowlist)
+        activation: Activation | None
+        if isinstance(published, Activation):
+            activation = published
+        elif published is PLAIN_TURN:
+            activation = None
+        else:  # no run id (or another chain): resolve from the request itself
+            injected = _injected_activation(messages)
+            if injected is not None:
+                return self._from_paths(injected[0], injected[1])
+            references = skill_references_of(merged_run_config(_run_config()))
+            activation = find_activation(messages, references, self.registry, self.allowlist)
         if activation is not None:
             if activation.error is not None:
                 return _Decision("fail_closed", (), frozenset())
@@ -265,7 +252,7 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
     def _filtered(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         run = self._run()
         decision = self._live(request.messages, run)
-        self.channel.publish(POLICY_CONTEXT_KEY, run, decision.as_payload())
+        self.channel.publish(POLICY_CONTEXT_KEY, run, decision)
         if decision.allowed is None:
             return request
         tools = [t for t in request.tools if decision.permits(_tool_name(t) or "")]
@@ -292,12 +279,8 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
     def _decision_for_tool(self, request: ToolCallRequest) -> _Decision:
         run = self._run()
         stored = self.channel.read(POLICY_CONTEXT_KEY, run)
-        decision = _Decision.from_payload(stored) if stored is not None else None
-        if decision is not None:
-            if decision.source in ("none", "fail_closed"):
-                return decision
-            # Re-check the stored paths against the live registry (a skill disabled since).
-            return self._from_paths(decision.source, decision.paths)
+        if isinstance(stored, _Decision):
+            return stored  # this run's latest model-call decision (the registry is immutable)
         state = request.state if isinstance(request.state, dict) else {}
         messages = state.get("messages") or []
         return self._live(messages, run)

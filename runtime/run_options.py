@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-__all__ = ["RunOptions", "merged_run_config", "resolve_run_options"]
+__all__ = ["RunOptions", "merged_run_config", "resolve_run_options", "skill_references_of"]
 
 
 def merged_run_config(config: RunnableConfig | None) -> dict[str, Any]:
@@ -102,7 +102,7 @@ def resolve_run_options(config: RunnableConfig | None) -> RunOptions:
         thread_id=_text(values, "thread_id"),
         max_concurrent_subagents=_int(values, "max_concurrent_subagents"),
         max_total_subagents=_int(values, "max_total_subagents"),
-        skill_references=_references(values, "skill_references"),
+        skill_references=skill_references_of(values),
         skill_allowlist=_names(values, "skill_allowlist"),
         subagent_type=_text(values, "subagent_type"),
     )
@@ -120,13 +120,13 @@ def _names(values: dict[str, Any], key: str) -> tuple[str, ...] | None:
     return ()
 
 
-def _references(values: dict[str, Any], key: str) -> tuple[Any, ...] | None:
+def skill_references_of(values: dict[str, Any]) -> tuple[Any, ...] | None:
     """A list of names; an empty list or null is "not given", a bare string one name.
 
     Entries are kept as given: SkillActivationMiddleware rejects the whole batch
     when any is not a valid, usable skill name.
     """
-    value = values.get(key)
+    value = values.get("skill_references")
     if value is None:
         return None
     if isinstance(value, str):

@@ -190,7 +190,7 @@ def chain_inputs(data_root: Path) -> ChainInputs:
 
 async def measure(
     rounds: int, steps: int, inputs: ChainInputs
-) -> tuple[list[dict[str, Any]], float]:
+) -> tuple[list[dict[str, Any]], float, float]:
     model = ScriptedChatModel.model_validate({"script": _script(steps)})
 
     cases = [

@@ -50,6 +50,7 @@ __all__ = ["make_task_tool", "task_tool_description"]
 def _sorted_or_none(names: frozenset[str] | None) -> tuple[str, ...] | None:
     return None if names is None else tuple(sorted(names))
 
+
 logger = logging.getLogger(__name__)
 
 _DESCRIPTION_HEAD = """\

@@ -234,9 +234,8 @@ async def test_registry_failure_fails_closed(registry: SkillRegistry) -> None:
         middleware=[SkillToolPolicyMiddleware(registry=None)],
         state_schema=ThreadState,
     )
-    result = await agent.ainvoke(
-        {"messages": [HumanMessage("go")]}, _config(skill_references=["reader"])
-    )
+    config: Any = _config(skill_references=["reader"])
+    result = await agent.ainvoke({"messages": [HumanMessage("go")]}, config)
     assert recorded_calls(key)[0].tools == ["tool_search"]
     blocked = next(m for m in result["messages"] if isinstance(m, ToolMessage))
     assert blocked.status == "error" and "could not be resolved" in blocked.text
@@ -252,11 +251,12 @@ def test_constructor_validation() -> None:
 
 
 def test_skill_context_reducer_dedupes_by_name_and_never_keeps_bodies() -> None:
+    bad: Any = ["junk", {"name": 3}, {"name": "a", "path": "/p/a2", "description": None}]
     merged = merge_skill_context(
-        [{"name": "a", "path": "/p/a", "description": "A"}, "junk", {"name": 3}],
+        [{"name": "a", "path": "/p/a", "description": "A"}, *bad[:2]],
         [
             {"name": "b", "path": "/p/b", "description": "B", "body": "secret body"},
-            {"name": "a", "path": "/p/a2", "description": None},
+            bad[2],
         ],
     )
     assert merged == [

@@ -36,7 +36,7 @@ def _skills_section(settings: Settings, options: Any, *, kind: str) -> str:
         return ""
     try:
         registry = get_skill_registry(settings)
-    except Exception:  # logged by the chain's factories; the agent runs without skills
+    except Exception:  # the chain's factories log it; the agent runs without skills
         return ""
     allowlist = run_skill_allowlist(settings, options, subagent=kind == "subagent")
     return skills_prompt_section(registry.visible(allowlist))

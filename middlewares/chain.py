@@ -30,6 +30,7 @@ and origin, for tests and the ``/policies`` route.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,8 @@ from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import RunOptions, resolve_run_options
 from runtime.skills import SkillRegistry, get_skill_registry, run_skill_allowlist
 from subagents.limits import resolve_subagent_limits
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BASE_SLOTS",
@@ -327,6 +330,7 @@ def _skills(inputs: ChainInputs) -> tuple[SkillRegistry | None, frozenset[str] |
     try:
         registry: SkillRegistry | None = get_skill_registry(inputs.settings)
     except Exception:  # a broken skills folder must not stop the agent; 18/19 fail closed
+        logger.exception("skills could not be loaded; activation and skill tools fail closed")
         registry = None
     subagent = inputs.scope is not AgentScope.LEAD
     return registry, run_skill_allowlist(inputs.settings, inputs.options, subagent=subagent)

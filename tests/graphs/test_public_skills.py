@@ -18,7 +18,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from graphs.lead_agent import build_lead_agent
 from runtime.config import load_settings
 from runtime.paths import thread_paths
-from runtime.skills import reset_skill_registry_cache
+from runtime.skills import get_skill_registry, reset_skill_registry_cache
 from sandbox.provider import reset_sandbox_providers
 from tests.support.scripted import ai_text, ai_tools, tool_call, write_config
 
@@ -48,6 +48,7 @@ async def _run(
         reset_skill_registry_cache()
         reset_sandbox_providers()
         settings = load_settings(write_config(tmp_path, script, title={"enabled": False}))
+        get_skill_registry(settings)  # as make_lead_agent does: read once, off the loop
         return settings, settings.data_root_path()
 
     settings, data_root = await asyncio.to_thread(setup)

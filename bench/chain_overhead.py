@@ -51,6 +51,7 @@ from middlewares._fusion import compose_chain
 from middlewares.chain import ChainInputs, build_middlewares
 from runtime.config import load_settings
 from runtime.scripted_model import ScriptedChatModel
+from runtime.skills import get_skill_registry
 from runtime.state import ThreadState
 
 RESULTS = Path(__file__).resolve().parent / "results" / "chain_overhead.md"
@@ -185,6 +186,7 @@ def chain_inputs(data_root: Path) -> ChainInputs:
     )
     settings = load_settings(config_path)
     load_extensions(settings)
+    get_skill_registry(settings)  # read once, before the event loop (as the graph factory does)
     return ChainInputs.from_config(settings, {"configurable": {"thread_id": "bench"}})
 
 

@@ -46,6 +46,8 @@ from middlewares._skills import (
     SkillChannel,
     find_activation,
 )
+from middlewares._text import content_text
+from middlewares.input_sanitization import ORIGINAL_USER_CONTENT_KEY
 from runtime.run_options import merged_run_config, skill_references_of
 from runtime.skills import SkillRegistry
 
@@ -57,8 +59,13 @@ EVENT_TYPE = "middleware:skill_activation"
 _MAX_AUDITED_RUNS = 1024
 
 
-def render_activation(activation: Activation) -> str:
-    """The hidden block a resolved activation puts into the model request."""
+def render_activation(activation: Activation, message_context: str = "") -> str:
+    """The hidden block a resolved activation puts into the model request.
+
+    ``message_context`` is what other middlewares added to the user's message
+    (the uploaded-files listing): the block replaces that message in the
+    request, so it carries it along, escaped like everything else.
+    """
     lines = [
         "<slash_skill_activation>",
         "The user activated the skill(s) below for this request. Follow their "
@@ -66,6 +73,8 @@ def render_activation(activation: Activation) -> str:
         "and can be read with read_file or run from the sandbox.",
         f"<user_request>{html.escape(activation.task)}</user_request>",
     ]
+    if message_context.strip():
+        lines.append(f"<message_context>{html.escape(message_context.strip())}</message_context>")
     for skill in activation.skills:
         lines.append(
             f'<skill name="{html.escape(skill.name)}" source="{skill.source}" '
@@ -77,6 +86,20 @@ def render_activation(activation: Activation) -> str:
         lines.append("</skill>")
     lines.append("</slash_skill_activation>")
     return "\n".join(lines)
+
+
+def _message_context(request: ModelRequest[Any], activation: Activation) -> str:
+    """What the state's user message holds beyond the user's own text (e.g. uploads)."""
+    state = request.state if isinstance(request.state, dict) else {}
+    for message in reversed(state.get("messages") or []):
+        if not isinstance(message, HumanMessage) or message.id != activation.message_id:
+            continue
+        original = (message.additional_kwargs or {}).get(ORIGINAL_USER_CONTENT_KEY)
+        text = content_text(message.content)
+        if isinstance(original, str) and original and original in text and text != original:
+            return text.replace(original, "", 1)
+        return ""
+    return ""
 
 
 class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
@@ -197,7 +220,7 @@ class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
             )
         self._audit(activation, thread_id, run_id, outcome="activated")
         block = HumanMessage(
-            content=render_activation(activation),
+            content=render_activation(activation, _message_context(request, activation)),
             **provenance_kwargs(
                 ContentKind.SKILL_ACTIVATION,
                 ProducerKind.SKILL_ACTIVATION,

@@ -18,9 +18,16 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from graphs.lead_agent import build_lead_agent
 from runtime.config import load_settings
 from runtime.paths import thread_paths
+from runtime.recording_model import recorded_calls
 from runtime.skills import get_skill_registry, reset_skill_registry_cache
 from sandbox.provider import reset_sandbox_providers
-from tests.support.scripted import ai_text, ai_tools, tool_call, write_config
+from tests.support.scripted import (
+    ai_text,
+    ai_tools,
+    recording_model_entry,
+    tool_call,
+    write_config,
+)
 
 SALES = "region,product,units,revenue\nnorth,widget,3,30.5\nsouth,widget,5,50\nnorth,gadget,2,40\nwest,gadget,,12\n"
 
@@ -42,12 +49,20 @@ def _read(skill: str) -> dict[str, Any]:
 
 
 async def _run(
-    tmp_path: Path, script: list[dict[str, Any]], files: dict[str, str], text: str
+    tmp_path: Path,
+    script: list[dict[str, Any]],
+    files: dict[str, str],
+    text: str,
+    *,
+    record: str | None = None,
 ) -> tuple[dict[str, Any], Path]:
     def setup() -> tuple[Any, Path]:
         reset_skill_registry_cache()
         reset_sandbox_providers()
-        settings = load_settings(write_config(tmp_path, script, title={"enabled": False}))
+        models = [recording_model_entry(script, key=record)] if record else None
+        settings = load_settings(
+            write_config(tmp_path, script, models=models, title={"enabled": False})
+        )
         get_skill_registry(settings)  # as make_lead_agent does: read once, off the loop
         return settings, settings.data_root_path()
 
@@ -199,3 +214,32 @@ async def test_code_review_skill(tmp_path: Path) -> None:
     rules = {(f["rule"], f["line"]) for f in findings["findings"]}
     assert {("secret", 2), ("eval", 5), ("mutable-default", 3), ("bare-except", 6)} <= rules
     assert result["artifacts"] == [review]
+
+
+async def test_slash_activation_keeps_the_upload_listing(tmp_path: Path) -> None:
+    """``/csv-analysis ...`` replaces the user message in the request: the uploads go along."""
+    key = f"public-{uuid.uuid4().hex[:8]}"
+    script = [
+        ai_tools(
+            tool_call(
+                "bash",
+                description="profile the upload",
+                command="python3 /mnt/skills/public/csv-analysis/scripts/analyze_csv.py "
+                "/mnt/user-data/uploads/sales.csv --json",
+            )
+        ),
+        ai_text("Four rows."),
+    ]
+    result, _ = await _run(
+        tmp_path,
+        script,
+        {"uploads/sales.csv": SALES},
+        "/csv-analysis how many rows?",
+        record=key,
+    )
+    block = recorded_calls(key)[0].messages[-1]
+    assert "<user_request>how many rows?</user_request>" in block.text
+    assert "<message_context>" in block.text and "sales.csv" in block.text
+    assert 'name="csv-analysis" source="public"' in block.text
+    assert '"rows": 4' in _tools(result)[0].text
+    assert [e["name"] for e in result["skill_context"]] == ["csv-analysis"]

@@ -8,14 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
 
+from graphs.lead_agent import build_lead_agent
 from runtime.config import load_settings
 from runtime.skills import get_skill_registry, reset_skill_registry_cache
 from sandbox.base import SandboxError
 from sandbox.local import LocalSandboxProvider
+from sandbox.provider import get_sandbox_provider, reset_sandbox_providers
 from sandbox.skills import materialize_projection, pod_skills_source
-from tests.support.fake_kubernetes import kubernetes_provider, namespaces_supported
-from tests.support.scripted import ai_text, write_config
+from tests.support.fake_kubernetes import fake_cluster, kubernetes_provider, namespaces_supported
+from tests.support.scripted import ai_text, ai_tools, tool_call, write_config
 
 SKILL = "---\nname: {name}\ndescription: The {name} skill.\n---\nBody of {name}.\n"
 
@@ -118,3 +121,55 @@ async def test_kubernetes_pod_gets_a_read_only_copy_once(tmp_path: Path) -> None
         listing = await sandbox.execute_command("ls -a /mnt/skills")
         assert ".deerflow-skills-digest" in listing.output
         assert ".staging" not in listing.output  # the unpack left nothing behind
+
+
+@pytest.mark.skipif(k8s_reason is not None, reason=k8s_reason or "")
+async def test_lead_agent_on_kubernetes_sees_the_custom_skill(tmp_path: Path) -> None:
+    """From config to pod: the provider built from settings copies the skills in."""
+    async with fake_cluster(tmp_path / "cluster") as fake:
+        kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig", namespace="deerflow-sandbox")
+        script = [
+            ai_tools(
+                tool_call(
+                    "bash",
+                    description="look",
+                    command="cat /mnt/skills/custom/my-skill/SKILL.md; ls /mnt/skills/custom",
+                )
+            ),
+            ai_tools(
+                tool_call(
+                    "write_file",
+                    description="plant",
+                    path="/mnt/skills/custom/my-skill/planted.md",
+                    content="x",
+                )
+            ),
+            ai_text("done"),
+        ]
+
+        def setup() -> Any:
+            reset_sandbox_providers()
+            settings = _settings(
+                tmp_path,
+                use="sandbox.kubernetes:KubernetesSandboxProvider",
+                kubernetes={"kubeconfig": str(kubeconfig), "namespace": "deerflow-sandbox"},
+            )
+            settings = settings.model_copy(
+                update={"models": [settings.models[0].model_copy(update={"script": script})]}
+            )
+            get_skill_registry(settings)
+            return settings
+
+        settings = await asyncio.to_thread(setup)
+        config: Any = {"configurable": {"thread_id": "k8s-skills"}}
+        provider = get_sandbox_provider(settings)
+        try:
+            result = await build_lead_agent(settings, config).ainvoke(
+                {"messages": [HumanMessage("show me my skill")]}, config
+            )
+        finally:
+            await provider.aclose()  # type: ignore[attr-defined]
+            reset_sandbox_providers()
+        bash, write = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        assert "Body of my-skill." in bash.text and "off-skill" not in bash.text
+        assert write.status == "error" and "read-only" in write.text

@@ -8,6 +8,8 @@ every variant alike):
 - **full lead chain**: ``build_middlewares`` for the default run config, i.e.
   whatever the real chain holds today, composed naively (``create_agent``'s own
   composition) and fused (``middlewares._fusion``, what the graphs use);
+- **full lead chain, skills off**: the same with ``skills.enabled: false``, so
+  the marginal cost of SkillActivation/SkillToolPolicy shows in the same run;
 - **full lead chain, skill active**: the same chain on a conversation that
   starts with ``/bench-skill ...``, so SkillActivation injects the skill on
   every model call and SkillToolPolicy filters and checks every call;
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import os
 import platform
@@ -190,6 +193,14 @@ def chain_inputs(data_root: Path) -> ChainInputs:
     return ChainInputs.from_config(settings, {"configurable": {"thread_id": "bench"}})
 
 
+def _without_skills(inputs: ChainInputs) -> ChainInputs:
+    """The same inputs with the skills feature off: the marginal cost of slots 18/19."""
+    skills = inputs.settings.skills.model_copy(update={"enabled": False})
+    return dataclasses.replace(
+        inputs, settings=inputs.settings.model_copy(update={"skills": skills})
+    )
+
+
 async def measure(
     rounds: int, steps: int, inputs: ChainInputs
 ) -> tuple[list[dict[str, Any]], float, float]:
@@ -197,6 +208,11 @@ async def measure(
 
     cases = [
         Case("full", "full lead chain (build_middlewares)", lambda: build_middlewares(inputs)),
+        Case(
+            "noskills",
+            "full lead chain, skills.enabled false (reference)",
+            lambda: build_middlewares(_without_skills(inputs)),
+        ),
         Case(
             "skills",
             "full lead chain, a skill activated with /bench-skill",

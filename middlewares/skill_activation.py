@@ -133,6 +133,7 @@ class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
         self.allowlist = allowlist
         self.channel = channel or SkillChannel()
         self._audited: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self._blocks: OrderedDict[str, HumanMessage] = OrderedDict()
         self._lock = threading.Lock()
 
     def release_policy_parameters(self) -> dict[str, Any]:
@@ -219,22 +220,11 @@ class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
                 },
             )
         self._audit(activation, thread_id, run_id, outcome="activated")
-        block = HumanMessage(
-            content=render_activation(activation, _message_context(request, activation)),
-            **provenance_kwargs(
-                ContentKind.SKILL_ACTIVATION,
-                ProducerKind.SKILL_ACTIVATION,
-                entity_id=",".join(activation.names)[:64],
-                additional_kwargs={
-                    "hide_from_ui": True,
-                    ACTIVATION_MARKER_KEY: {
-                        "source": activation.source,
-                        "names": list(activation.names),
-                        "paths": activation.paths,
-                    },
-                },
-            ),
-        )
+        block = self._blocks.get(run)
+        if block is None:
+            block = self._block(request, activation)
+            if "-" not in run.split(":"):
+                self._remember(run, block)
         messages = list(request.messages)
         position = next(
             (
@@ -260,6 +250,32 @@ class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
         if any(r["name"] not in known for r in refs):
             update = {"skill_context": refs}
         return request.override(messages=messages), update
+
+    def _remember(self, run: str, block: HumanMessage) -> None:
+        with self._lock:
+            self._blocks[run] = block
+            while len(self._blocks) > _MAX_AUDITED_RUNS:
+                self._blocks.popitem(last=False)
+
+    @staticmethod
+    def _block(request: ModelRequest[Any], activation: Activation) -> HumanMessage:
+        """The request-only block (built once per run, then replayed as is)."""
+        return HumanMessage(
+            content=render_activation(activation, _message_context(request, activation)),
+            **provenance_kwargs(
+                ContentKind.SKILL_ACTIVATION,
+                ProducerKind.SKILL_ACTIVATION,
+                entity_id=",".join(activation.names)[:64],
+                additional_kwargs={
+                    "hide_from_ui": True,
+                    ACTIVATION_MARKER_KEY: {
+                        "source": activation.source,
+                        "names": list(activation.names),
+                        "paths": activation.paths,
+                    },
+                },
+            ),
+        )
 
     def _audit(self, activation: Activation, thread_id: str, run_id: str, *, outcome: str) -> bool:
         """Record once per (run, user message, skills); False when this is a replay."""

@@ -21,8 +21,10 @@ The model sees only the allowed schemas; a call to anything else (a model can
 still name a hidden tool) gets an error ``ToolMessage`` with
 ``deerflow_tool_meta``. The model hook stores its decision (run-scoped and
 process-private, see ``SkillChannel``) for the tool calls of that response;
-every model call refreshes it, and a tool call without one (no run id, or a
-resumed run) resolves live from the state's messages. Successful reads of skill files are stamped ``deerflow_skill_read``
+every model call refreshes it (an explicit activation's decision is made once
+per run: the registry and the allowlist cannot change within one), and a tool
+call without one (no run id, or a resumed run) resolves live from the state's
+messages. Successful reads of skill files are stamped ``deerflow_skill_read``
 and a read ``SKILL.md`` joins ``skill_context``.
 
 This is behavioural scoping, not a security boundary: ``bash cat`` of a skill
@@ -69,6 +71,7 @@ class _Decision:
     source: str  # "none" | "slash" | "references" | "read" | "fail_closed"
     paths: tuple[str, ...] = ()
     allowed: frozenset[str] | None = None  # None: no restriction
+    explicit: bool = False  # from the run's activation: fixed for the whole run
 
     def permits(self, tool: str) -> bool:
         return self.allowed is None or tool in self.allowed or tool in FRAMEWORK_SAFE_TOOLS
@@ -236,8 +239,9 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
             activation = find_activation(messages, references, self.registry, self.allowlist)
         if activation is not None:
             if activation.error is not None:
-                return _Decision("fail_closed", (), frozenset())
-            return self._from_paths(activation.source, activation.paths)
+                return _Decision("fail_closed", (), frozenset(), explicit=True)
+            decision = self._from_paths(activation.source, activation.paths)
+            return _Decision(decision.source, decision.paths, decision.allowed, explicit=True)
         if self.registry is None:
             return _OPEN
         return self._from_paths("read", self._loaded_this_turn(messages))
@@ -251,8 +255,12 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
 
     def _filtered(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         run = self._run()
-        decision = self._live(request.messages, run)
-        self.channel.publish(POLICY_CONTEXT_KEY, run, decision)
+        stored = self.channel.read(POLICY_CONTEXT_KEY, run)
+        if isinstance(stored, _Decision) and stored.explicit:
+            decision = stored  # an explicit activation holds for the whole run
+        else:
+            decision = self._live(request.messages, run)
+            self.channel.publish(POLICY_CONTEXT_KEY, run, decision)
         if decision.allowed is None:
             return request
         tools = [t for t in request.tools if decision.permits(_tool_name(t) or "")]

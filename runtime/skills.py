@@ -133,12 +133,14 @@ class SkillRegistry:
 
     def by_path(self, path: str) -> Skill | None:
         """The enabled skill whose folder holds virtual ``path`` (any file in it)."""
-        for skill in self.skills.values():
-            if skill.enabled and (
-                path == skill.virtual_dir or path.startswith(skill.virtual_dir + "/")
-            ):
-                return skill
-        return None
+        parts = path.split("/")
+        # "", "mnt", "skills", <source>, <name>, ...
+        if len(parts) < 5 or parts[0] or parts[1:3] != ["mnt", "skills"]:
+            return None
+        skill = self.skills.get(parts[4])
+        if skill is None or not skill.enabled or skill.source != parts[3]:
+            return None
+        return skill
 
     def digest(self) -> str:
         """A content hash of the enabled skills: the projection's version."""

@@ -39,7 +39,7 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
@@ -205,20 +205,23 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
     def _loaded_this_turn(self, messages: Sequence[Any]) -> list[str]:
         """SKILL.md paths a read tool loaded successfully since the latest user message."""
         found = latest_user_message(messages)
-        start = found[0] + 1 if found else 0
+        turn = messages[found[0] + 1 :] if found else messages
         calls: dict[str, str] = {}
-        paths: list[str] = []
-        for message in messages[start:]:
-            if isinstance(message, AIMessage):
-                for call in message.tool_calls or ():
+        read_tools = self.read_tools
+        for message in turn:
+            for call in getattr(message, "tool_calls", None) or ():
+                if call.get("name") in read_tools:
                     args = call.get("args")
-                    if call.get("name") in self.read_tools and isinstance(args, dict):
-                        path = args.get("path")
-                        if isinstance(path, str) and call.get("id"):
-                            calls[str(call["id"])] = path
-            elif isinstance(message, ToolMessage) and message.status != "error":
+                    path = args.get("path") if isinstance(args, dict) else None
+                    if isinstance(path, str) and "/skills/" in path and call.get("id"):
+                        calls[str(call["id"])] = path
+        if not calls or self.registry is None:  # the common case: no skill read this turn
+            return []
+        paths: list[str] = []
+        for message in turn:
+            if isinstance(message, ToolMessage) and message.status != "error":
                 path = calls.get(message.tool_call_id)
-                if path is not None and self.registry is not None:
+                if path is not None:
                     ref = skill_ref_for_path(self.registry, path)
                     if ref is not None and ref["path"] not in paths:
                         paths.append(ref["path"])
@@ -260,7 +263,8 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
             decision = stored  # an explicit activation holds for the whole run
         else:
             decision = self._live(request.messages, run)
-            self.channel.publish(POLICY_CONTEXT_KEY, run, decision)
+            if decision != stored:
+                self.channel.publish(POLICY_CONTEXT_KEY, run, decision)
         if decision.allowed is None:
             return request
         tools = [t for t in request.tools if decision.permits(_tool_name(t) or "")]

@@ -14,7 +14,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from middlewares._skills import SkillChannel, parse_slash
-from middlewares.skill_activation import SkillActivationMiddleware
+from middlewares.skill_activation import EVENT_TYPE, SkillActivationMiddleware
 from middlewares.skill_tool_policy import SKILL_READ_KEY, SkillToolPolicyMiddleware
 from runtime.config import Settings
 from runtime.recording_model import RecordingChatModel, recorded_calls
@@ -264,3 +264,19 @@ def test_skill_context_reducer_dedupes_by_name_and_never_keeps_bodies() -> None:
         {"name": "a", "path": "/p/a2", "description": ""},
     ]
     assert merge_skill_context(None, None) == []
+
+
+async def test_audit_event_is_streamed_once_per_run(registry: SkillRegistry) -> None:
+    agent, _key = _agent(
+        registry, [_call("read_file", path="/mnt/user-data/workspace/a.txt"), {"content": "ok"}]
+    )
+    events = [
+        chunk
+        async for chunk in agent.astream(
+            {"messages": [HumanMessage("/reader go")]}, _config(), stream_mode="custom"
+        )
+    ]
+    audits = [e for e in events if isinstance(e, dict) and e.get("type") == EVENT_TYPE]
+    assert audits == [
+        {"type": EVENT_TYPE, "outcome": "activated", "source": "slash", "skills": ["reader"]}
+    ]

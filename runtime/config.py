@@ -935,6 +935,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_SUBAGENTS_URL": ("subagents", "remote", "url"),
     "DEERFLOW_READ_BEFORE_WRITE": ("read_before_write", "enabled"),
     "DEERFLOW_PII_REDACTION_ENABLED": ("pii_redaction", "enabled"),
+    "DEERFLOW_SKILLS_CUSTOM_PATH": ("skills", "custom_path"),
 }
 
 # Built-in defaults when no config file exists: the offline scripted demo model,

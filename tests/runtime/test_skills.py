@@ -167,3 +167,14 @@ def test_run_options_carry_the_skill_switches(tmp_path: Path) -> None:
         {"configurable": {"subagent_type": "narrow", "skill_allowlist": ["a", "b"]}}
     )
     assert run_skill_allowlist(settings, child, subagent=True) == {"b"}
+
+
+def test_custom_path_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.config import load_settings
+    from tests.support.scripted import ai_text, write_config
+
+    _write(tmp_path / "mounted", "ours", "---\nname: ours\ndescription: From a volume.\n---\nx\n")
+    monkeypatch.setenv("DEERFLOW_SKILLS_CUSTOM_PATH", str(tmp_path / "mounted"))
+    settings = load_settings(write_config(tmp_path, [ai_text("x")]))
+    skill = load_skill_registry(settings).get("ours")
+    assert skill is not None and skill.source == "custom"

@@ -16,7 +16,7 @@ from runtime.skills import get_skill_registry, reset_skill_registry_cache
 from sandbox.base import SandboxError
 from sandbox.local import LocalSandboxProvider
 from sandbox.provider import get_sandbox_provider, reset_sandbox_providers
-from sandbox.skills import materialize_projection, pod_skills_source
+from sandbox.skills import PodSkills, materialize_projection, pod_skills_source, skills_archive
 from tests.support.fake_kubernetes import fake_cluster, kubernetes_provider, namespaces_supported
 from tests.support.scripted import ai_text, ai_tools, tool_call, write_config
 
@@ -68,7 +68,8 @@ async def test_local_provider_projects_skills_and_refuses_writes(tmp_path: Path)
     assert sandbox is not None
     body = await sandbox.read_file("/mnt/skills/custom/my-skill/SKILL.md")
     assert "Body of my-skill." in body
-    assert "off-skill" not in await sandbox.list_dir("/mnt/skills/custom")
+    custom = "\n".join(await sandbox.list_dir("/mnt/skills/custom"))
+    assert "/mnt/skills/custom/my-skill/SKILL.md" in custom and "off-skill" not in custom
     with pytest.raises(SandboxError, match="read-only"):
         await sandbox.write_file("/mnt/skills/custom/my-skill/planted.md", "x")
     result = await sandbox.execute_command("/mnt/skills/custom/my-skill/scripts/run.sh")
@@ -99,7 +100,8 @@ async def test_kubernetes_pod_gets_a_read_only_copy_once(tmp_path: Path) -> None
         assert "analyze_csv.py" in "\n".join(
             await sandbox.list_dir("/mnt/skills/public/csv-analysis", max_depth=2)
         )
-        assert "off-skill" not in await sandbox.list_dir("/mnt/skills/custom")
+        custom = "\n".join(await sandbox.list_dir("/mnt/skills/custom"))
+        assert "/mnt/skills/custom/my-skill/SKILL.md" in custom and "off-skill" not in custom
         with pytest.raises(SandboxError, match="read-only"):
             await sandbox.write_file("/mnt/skills/custom/my-skill/planted.md", "x")
         modes = await sandbox.execute_command(
@@ -173,3 +175,42 @@ async def test_lead_agent_on_kubernetes_sees_the_custom_skill(tmp_path: Path) ->
         bash, write = [m for m in result["messages"] if isinstance(m, ToolMessage)]
         assert "Body of my-skill." in bash.text and "off-skill" not in bash.text
         assert write.status == "error" and "read-only" in write.text
+
+
+@pytest.mark.skipif(k8s_reason is not None, reason=k8s_reason or "")
+async def test_kubernetes_pod_copy_is_replaced_when_the_skills_change(tmp_path: Path) -> None:
+    first_settings = await asyncio.to_thread(_settings, tmp_path / "a")
+    first = PodSkills("digest-a", skills_archive(get_skill_registry(first_settings)))
+
+    def second_registry() -> PodSkills:
+        (tmp_path / "b" / "custom" / "new-skill").mkdir(parents=True)
+        (tmp_path / "b" / "custom" / "new-skill" / "SKILL.md").write_text(
+            SKILL.format(name="new-skill"), encoding="utf-8"
+        )
+        reset_skill_registry_cache()
+        settings = load_settings(
+            write_config(
+                tmp_path / "b",
+                [ai_text("x")],
+                skills={"custom_path": str(tmp_path / "b" / "custom")},
+            )
+        )
+        return PodSkills("digest-b", skills_archive(get_skill_registry(settings)))
+
+    second = await asyncio.to_thread(second_registry)
+    current = {"payload": first}
+    async with kubernetes_provider(tmp_path / "k8s", skills=lambda: current["payload"]) as (
+        provider,
+        _fake,
+    ):
+        sandbox_id = await provider.acquire("t1", user_id="alice")
+        sandbox = provider.get(sandbox_id)
+        assert sandbox is not None
+        assert "/mnt/skills/custom/my-skill/" in await sandbox.list_dir("/mnt/skills/custom")
+        await provider.release(sandbox_id)
+        current["payload"] = second
+        await provider.acquire("t1", user_id="alice")
+        listing = "\n".join(await sandbox.list_dir("/mnt/skills/custom"))
+        assert "/mnt/skills/custom/new-skill/SKILL.md" in listing and "my-skill" not in listing
+        marker = await sandbox.read_file("/mnt/skills/.deerflow-skills-digest")
+        assert marker == "digest-b"

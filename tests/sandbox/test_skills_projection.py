@@ -179,8 +179,11 @@ async def test_lead_agent_on_kubernetes_sees_the_custom_skill(tmp_path: Path) ->
 
 @pytest.mark.skipif(k8s_reason is not None, reason=k8s_reason or "")
 async def test_kubernetes_pod_copy_is_replaced_when_the_skills_change(tmp_path: Path) -> None:
-    first_settings = await asyncio.to_thread(_settings, tmp_path / "a")
-    first = PodSkills("digest-a", skills_archive(get_skill_registry(first_settings)))
+    def first_registry() -> PodSkills:
+        registry = get_skill_registry(_settings(tmp_path / "a"))
+        return PodSkills("digest-a", skills_archive(registry))
+
+    first = await asyncio.to_thread(first_registry)
 
     def second_registry() -> PodSkills:
         (tmp_path / "b" / "custom" / "new-skill").mkdir(parents=True)

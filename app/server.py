@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from app.guard import RouteGuardMiddleware
-from app.routes import health, policies, uploads, whoami
+from app.routes import health, policies, skills, uploads, whoami
 from app.routes import memory as memory_routes
 from app.state_hygiene import StateUpdateHygieneMiddleware
 from memory.queue import get_memory_queue
@@ -58,6 +58,7 @@ app = Starlette(
         *uploads.routes,
         *policies.routes,
         *memory_routes.routes,
+        *skills.routes,
     ],
     lifespan=lifespan,
     # Outermost under LangGraph Server (default middleware_order): every route the

@@ -8,6 +8,11 @@ every variant alike):
 - **full lead chain**: ``build_middlewares`` for the default run config, i.e.
   whatever the real chain holds today, composed naively (``create_agent``'s own
   composition) and fused (``middlewares._fusion``, what the graphs use);
+- **full lead chain, skills off**: the same with ``skills.enabled: false``, so
+  the marginal cost of SkillActivation/SkillToolPolicy shows in the same run;
+- **full lead chain, skill active**: the same chain on a conversation that
+  starts with ``/bench-skill ...``, so SkillActivation injects the skill on
+  every model call and SkillToolPolicy filters and checks every call;
 - **synthetic** chains of 30 pass-through middlewares, for a comparison that does
   not move as real middlewares land: wrap hooks only, and a mix of wrap and
   ``before_model``/``after_model`` hooks.
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
+import dataclasses
 import gc
 import os
 import platform
@@ -33,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -49,6 +55,7 @@ from middlewares._fusion import compose_chain
 from middlewares.chain import ChainInputs, build_middlewares
 from runtime.config import load_settings
 from runtime.scripted_model import ScriptedChatModel
+from runtime.skills import get_skill_registry
 from runtime.state import ThreadState
 
 RESULTS = Path(__file__).resolve().parent / "results" / "chain_overhead.md"
@@ -130,6 +137,17 @@ class Case:
     label: str
     make_chain: Callable[[], list[AgentMiddleware[Any, Any]]]
     size: int = 0
+    prompt: str = "run the steps"
+
+
+BENCH_SKILL = """\
+---
+name: bench-skill
+description: The benchmark's skill (allowed-tools keeps the bench tool).
+allowed-tools: [echo]
+---
+Call echo once per step, then answer done.
+"""
 
 
 def _agent(model: ScriptedChatModel, middleware: list[AgentMiddleware[Any, Any]]) -> Any:
@@ -144,12 +162,14 @@ def _agent(model: ScriptedChatModel, middleware: list[AgentMiddleware[Any, Any]]
     )
 
 
-async def _conversation(graph: Any, thread: str, steps: int) -> tuple[float, float]:
+async def _conversation(
+    graph: Any, thread: str, steps: int, prompt: str = "run the steps"
+) -> tuple[float, float]:
     """(CPU seconds, wall seconds) per step of one conversation."""
-    config = {"configurable": {"thread_id": thread}}
+    config = {"configurable": {"thread_id": thread}, "metadata": {"run_id": f"run-{thread}"}}
     gc.collect()
     cpu, wall = time.process_time(), time.perf_counter()
-    result = await graph.ainvoke({"messages": [HumanMessage("run the steps")]}, config)
+    result = await graph.ainvoke({"messages": [HumanMessage(prompt)]}, config)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if result["messages"][-1].content != "done":
         raise RuntimeError(f"unexpected end of conversation: {result['messages'][-1]!r}")
@@ -183,32 +203,58 @@ VARIANTS = {
 def chain_inputs(data_root: Path, extra: str = "", name: str = "bench") -> ChainInputs:
     """A lead run's chain inputs (default config plus ``extra`` YAML), data under ``data_root``."""
     config_path = data_root / f"{name}-config.yaml"
+    skill = data_root / "custom-skills" / "bench-skill" / "SKILL.md"
+    skill.parent.mkdir(parents=True, exist_ok=True)
+    skill.write_text(BENCH_SKILL, encoding="utf-8")
     config_path.write_text(
         "models:\n  - {name: scripted, use: 'runtime.scripted_model:ScriptedChatModel'}\n"
-        f"data_root: {str(data_root)!r}\n{extra}",
+        f"data_root: {str(data_root)!r}\n"
+        f"skills: {{custom_path: {str(skill.parent.parent)!r}}}\n{extra}",
         encoding="utf-8",
     )
     settings = load_settings(config_path)
     load_extensions(settings)
+    get_skill_registry(settings)  # read once, before the event loop (as the graph factory does)
     return ChainInputs.from_config(settings, {"configurable": {"thread_id": "bench"}})
+
+
+def _without_skills(inputs: ChainInputs) -> ChainInputs:
+    """The same inputs with the skills feature off: the marginal cost of slots 18/19."""
+    skills = inputs.settings.skills.model_copy(update={"enabled": False})
+    return dataclasses.replace(
+        inputs, settings=inputs.settings.model_copy(update={"skills": skills})
+    )
 
 
 async def measure(
     rounds: int, steps: int, inputs: ChainInputs, variants: dict[str, ChainInputs] | None = None
-) -> tuple[list[dict[str, Any]], float]:
+) -> tuple[list[dict[str, Any]], float, float]:
     model = ScriptedChatModel.model_validate({"script": _script(steps)})
 
     cases = [
         Case("full", "full lead chain (build_middlewares)", lambda: build_middlewares(inputs)),
+        Case(
+            "noskills",
+            "full lead chain, skills.enabled false (reference)",
+            lambda: build_middlewares(_without_skills(inputs)),
+        ),
+        Case(
+            "skills",
+            "full lead chain, a skill activated with /bench-skill",
+            lambda: build_middlewares(inputs),
+            prompt="/bench-skill run the steps",
+        ),
         *(
-            Case(label, f"full lead chain + {label}", functools.partial(build_middlewares, v))
-            for label, v in (variants or {}).items()
+            Case(f"variant{index}", f"full lead chain + {label}", partial(build_middlewares, v))
+            for index, (label, v) in enumerate((variants or {}).items())
         ),
         Case("wrap30", "synthetic: 30 pass-through wrap middlewares", synthetic_wrap30),
         Case("mixed30", "synthetic: 30 pass-through, wrap + before/after_model", synthetic_mixed30),
     ]
     graphs: dict[str, Any] = {"bare": _agent(model, [])}
+    prompts: dict[str, str] = {"bare": "run the steps"}
     for case in cases:
+        prompts[f"{case.name}:naive"] = prompts[f"{case.name}:fused"] = case.prompt
         case.size = len(case.make_chain())
         graphs[f"{case.name}:naive"] = _agent(model, case.make_chain())
         graphs[f"{case.name}:fused"] = _agent(model, _fused(case.make_chain()))
@@ -218,7 +264,9 @@ async def measure(
     for round_index in range(rounds + 1):  # round 0 warms up and is discarded
         order = keys[round_index % len(keys) :] + keys[: round_index % len(keys)]
         for key in order:
-            cpu_step, wall_step = await _conversation(graphs[key], f"{key}-{round_index}", steps)
+            cpu_step, wall_step = await _conversation(
+                graphs[key], f"{key}-{round_index}", steps, prompts[key]
+            )
             if round_index:
                 cpu[key].append(cpu_step)
                 wall[key].append(wall_step)
@@ -241,7 +289,7 @@ async def measure(
                 "fused_wall_ratio": wall_median[f"{case.name}:fused"] / bare_wall,
             }
         )
-    return rows, cpu_median["full:fused"] / bare
+    return rows, cpu_median["full:fused"] / bare, cpu_median["skills:fused"] / bare
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -259,7 +307,9 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _report(rows: list[dict[str, Any]], ratio: float, rounds: int, steps: int) -> str:
+def _report(
+    rows: list[dict[str, Any]], ratio: float, skills_ratio: float, rounds: int, steps: int
+) -> str:
     versions = ", ".join(f"{p} {version(p)}" for p in ("langchain", "langgraph", "langsmith"))
     return (
         "# Chain overhead\n\n"
@@ -270,7 +320,8 @@ def _report(rows: list[dict[str, Any]], ratio: float, rounds: int, steps: int) -
         "Times are the process's CPU time per step (all its threads), which other load on a\n"
         "shared machine does not inflate; wall-clock ratios are shown too (noisier).\n\n"
         f"{_table(rows)}\n\n"
-        f"`chain_overhead_ratio={ratio:.2f}` (full lead chain, fused, over the bare agent).\n\n"
+        f"`chain_overhead_ratio={ratio:.2f}` (full lead chain, fused, over the bare agent);\n"
+        f"`skills_active_ratio={skills_ratio:.2f}` (the same chain with a skill activated).\n\n"
         "The full lead chain is whatever `build_middlewares` assembles today: the ratio moves\n"
         "as middlewares land (their own work counts too); the synthetic rows do not.\n\n"
         f"Environment: Python {platform.python_version()}, {versions}, {platform.machine()}.\n"
@@ -291,12 +342,15 @@ def main(argv: list[str] | None = None) -> int:
             label: chain_inputs(Path(tmp), extra, name=f"variant{index}")
             for index, (label, extra) in enumerate(VARIANTS.items())
         }
-        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs, variants))
+        rows, ratio, skills_ratio = asyncio.run(measure(args.rounds, args.steps, inputs, variants))
     print(_table(rows))
     for r in rows:
         print(f"{r['case']}: naive {r['naive_ratio']:.2f}x, fused {r['fused_ratio']:.2f}x of bare")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(_report(rows, ratio, args.rounds, args.steps), encoding="utf-8")
+    args.output.write_text(
+        _report(rows, ratio, skills_ratio, args.rounds, args.steps), encoding="utf-8"
+    )
+    print(f"skills_active_ratio={skills_ratio:.2f}")
     print(f"chain_overhead_ratio={ratio:.2f}")
     return 0
 

@@ -14,6 +14,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from authz.principal import build_principal_from_context
 from authz.setup import authorize_model
+from graphs.prompts import skills_prompt_section
 from middlewares._fusion import compose_chain
 from middlewares.chain import (
     ChainInputs,
@@ -24,6 +25,7 @@ from middlewares.chain import (
 from runtime.config import Settings
 from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import resolve_run_options
+from runtime.skills import get_skill_registry, run_skill_allowlist
 from runtime.state import ThreadState
 from subagents.limits import resolve_subagent_limits
 from tools.clarification import for_clarification_mode
@@ -31,6 +33,18 @@ from tools.selection import select_tools
 from tools.task import make_task_tool
 
 __all__ = ["build_agent"]
+
+
+def _skills_section(settings: Settings, options: Any, *, kind: str) -> str:
+    """The enabled skills this agent may use, for its system prompt (none if loading failed)."""
+    if not settings.skills.enabled:
+        return ""
+    try:
+        registry = get_skill_registry(settings)
+    except Exception:  # the chain's factories log it; the agent runs without skills
+        return ""
+    allowlist = run_skill_allowlist(settings, options, subagent=kind == "subagent")
+    return skills_prompt_section(registry.visible(allowlist))
 
 
 def build_agent(
@@ -82,6 +96,7 @@ def build_agent(
     if effective["subagent_enabled"]:
         limits = resolve_subagent_limits(settings.subagents, options)
         agent_tools.append(make_task_tool(settings, limits=limits, parent_model=resolved.name))
+    system_prompt = system_prompt + _skills_section(settings, options, kind=kind)
     graph = create_agent(
         model,
         agent_tools,

@@ -19,6 +19,7 @@ from deerflow_extension_api._plugins import aload_extensions
 from graphs._build import build_agent
 from runtime.config import ConfigError, Settings, aget_settings
 from runtime.run_options import merged_run_config
+from runtime.skills import aget_skill_registry
 from subagents.types import (
     DEFAULT_SUBAGENT_TYPE,
     SubagentType,
@@ -94,4 +95,5 @@ async def make_subagent(config: RunnableConfig) -> CompiledStateGraph[Any, Any, 
     """Registered in ``langgraph.json``."""
     settings = await aget_settings()
     await aload_extensions(settings)  # plugin imports and install() run off the event loop
+    await aget_skill_registry(settings)  # skills are read once, off the event loop
     return build_subagent(settings, config)

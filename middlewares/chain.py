@@ -30,6 +30,7 @@ and origin, for tests and the ``/policies`` route.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
 from deerflow_extension_api._store import TaskStoreScope
 from memory.queue import get_memory_queue
 from memory.recall import MemoryRecall
+from middlewares._skills import SkillChannel
 from middlewares.clarification import ClarificationMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware
@@ -60,6 +62,8 @@ from middlewares.read_before_write import ReadBeforeWriteMiddleware
 from middlewares.safety_finish_reason import SafetyFinishReasonMiddleware
 from middlewares.sandbox import SandboxMiddleware
 from middlewares.sandbox_audit import SandboxAuditMiddleware
+from middlewares.skill_activation import SkillActivationMiddleware
+from middlewares.skill_tool_policy import SkillToolPolicyMiddleware
 from middlewares.subagent_limit import SubagentLimitMiddleware
 from middlewares.system_message_coalescing import SystemMessageCoalescingMiddleware
 from middlewares.terminal_response import TerminalResponseMiddleware
@@ -74,7 +78,10 @@ from middlewares.uploads import UploadsMiddleware
 from runtime.config import ConfigError, ModelConfig, Settings
 from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import RunOptions, merged_run_config, resolve_run_options
+from runtime.skills import SkillRegistry, get_skill_registry, run_skill_allowlist
 from subagents.limits import resolve_subagent_limits
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BASE_SLOTS",
@@ -408,6 +415,27 @@ def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
     )
 
 
+def _skills(inputs: ChainInputs) -> tuple[SkillRegistry | None, frozenset[str] | None]:
+    """The registry (None if it failed to load: 18/19 then fail closed) and the allowlist."""
+    try:
+        registry: SkillRegistry | None = get_skill_registry(inputs.settings)
+    except Exception:  # a broken skills folder must not stop the agent; 18/19 fail closed
+        logger.exception("skills could not be loaded; activation and skill tools fail closed")
+        registry = None
+    subagent = inputs.scope is not AgentScope.LEAD
+    return registry, run_skill_allowlist(inputs.settings, inputs.options, subagent=subagent)
+
+
+def _skill_middleware(cls: type[Any]) -> Factory:
+    def factory(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+        if not inputs.settings.skills.enabled:
+            return None
+        registry, allowlist = _skills(inputs)
+        return cls(registry=registry, allowlist=allowlist, channel=SkillChannel.shared())  # type: ignore[no-any-return]
+
+    return factory
+
+
 # Factories of the middlewares that exist, keyed by slot name. One line each.
 FACTORIES: dict[str, Factory] = {
     "InputSanitizationMiddleware": lambda i: InputSanitizationMiddleware(),  # 1
@@ -449,6 +477,8 @@ FACTORIES: dict[str, Factory] = {
     # memory recall for the lead when memory is on.
     "DynamicContextMiddleware": _dynamic_context,
     "MemoryMiddleware": _memory,  # 25
+    "SkillActivationMiddleware": _skill_middleware(SkillActivationMiddleware),  # 18
+    "SkillToolPolicyMiddleware": _skill_middleware(SkillToolPolicyMiddleware),  # 19
     "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
     "TitleMiddleware": _title,  # 24
     "ClarificationMiddleware": lambda i: ClarificationMiddleware(  # 40

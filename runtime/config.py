@@ -539,7 +539,9 @@ class SandboxConfig(_Section):
     max_output_bytes: int = Field(default=131072, ge=1024, le=64 * 1024 * 1024)
     max_read_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     skills_dir: str | None = Field(
-        default="skills", description="host directory shown read-only at /mnt/skills"
+        default=None,
+        description="host directory shown as-is at /mnt/skills; None = the projection of "
+        "the enabled skills (`skills` section)",
     )
     secret_env_patterns: list[str] = Field(
         default_factory=list,
@@ -647,6 +649,9 @@ class SubagentTypeConfig(_Section):
     model: str = Field(default="inherit", min_length=1, description="a model name or 'inherit'")
     max_turns: int | None = Field(default=None, ge=1, le=1000)
     timeout_seconds: float | None = Field(default=None, gt=0, le=86400)
+    skills: list[str] | None = Field(
+        default=None, description="the only skills this type may use; None = the parent's"
+    )
 
 
 class SubagentsRemoteConfig(_Section):
@@ -710,6 +715,31 @@ class SubagentsConfig(_Section):
                 raise ValueError(f"types[{index}]: {entry.name!r} is {what}")
             seen.add(entry.name)
         return types
+
+
+SKILL_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
+
+
+class SkillsConfig(_Section):
+    """Skills: folders of know-how (``SKILL.md`` + files) the agent discovers and activates.
+
+    ``skills/public`` ships with this repository; ``custom_path`` holds the
+    deployment's own (a custom skill wins over a public one of the same name).
+    """
+
+    enabled: bool = True
+    public_path: str = Field(
+        default="skills/public", description="shipped skills (relative to the project)"
+    )
+    custom_path: str = Field(default="skills/custom", description="the deployment's own skills")
+    disabled: list[str] = Field(default_factory=list, description="skill names switched off")
+    agents: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="agent_name -> the only skills that named agent may use",
+    )
+    max_body_chars: int = Field(
+        default=60000, ge=1000, le=1_000_000, description="SKILL.md bodies longer than this are cut"
+    )
 
 
 class ReadBeforeWriteConfig(_Section):
@@ -1057,6 +1087,7 @@ class Settings(_Section):
     uploads: UploadsConfig = Field(default_factory=UploadsConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
     read_before_write: ReadBeforeWriteConfig = Field(default_factory=ReadBeforeWriteConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
     extensions: ExtensionsConfig = Field(default_factory=ExtensionsConfig)
     plugins: list[PluginConfig] = Field(default_factory=list)
     tool_output: ToolOutputConfig = Field(default_factory=ToolOutputConfig)
@@ -1114,6 +1145,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_SUBAGENTS_URL": ("subagents", "remote", "url"),
     "DEERFLOW_READ_BEFORE_WRITE": ("read_before_write", "enabled"),
     "DEERFLOW_PII_REDACTION_ENABLED": ("pii_redaction", "enabled"),
+    "DEERFLOW_SKILLS_CUSTOM_PATH": ("skills", "custom_path"),
 }
 
 # Built-in defaults when no config file exists: the offline scripted demo model,

@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-__all__ = ["RunOptions", "merged_run_config", "resolve_run_options"]
+__all__ = ["RunOptions", "merged_run_config", "resolve_run_options", "skill_references_of"]
 
 
 def merged_run_config(config: RunnableConfig | None) -> dict[str, Any]:
@@ -73,6 +73,11 @@ class RunOptions:
     max_total_subagents: int | None = None
     memory_enabled: bool | None = None
     """False: this run neither recalls nor records long-term memory (default on)."""
+    skill_references: tuple[Any, ...] | None = None
+    """Skills to activate for this turn (1-16 names, validated by SkillActivation)."""
+    skill_allowlist: tuple[str, ...] | None = None
+    """Only these skills (narrows, never widens; how a subagent inherits its parent's)."""
+    subagent_type: str | None = None
 
     def effective(self, *, subagents_default: bool) -> dict[str, Any]:
         """The switches as applied, for run metadata and middleware assembly."""
@@ -100,4 +105,35 @@ def resolve_run_options(config: RunnableConfig | None) -> RunOptions:
         max_concurrent_subagents=_int(values, "max_concurrent_subagents"),
         max_total_subagents=_int(values, "max_total_subagents"),
         memory_enabled=_flag(values, "memory_enabled"),
+        skill_references=skill_references_of(values),
+        skill_allowlist=_names(values, "skill_allowlist"),
+        subagent_type=_text(values, "subagent_type"),
     )
+
+
+def _names(values: dict[str, Any], key: str) -> tuple[str, ...] | None:
+    """A list of names; a malformed value narrows to nothing (closed), never widens."""
+    value = values.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple):
+        return tuple(v for v in value if isinstance(v, str))
+    return ()
+
+
+def skill_references_of(values: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A list of names; an empty list or null is "not given", a bare string one name.
+
+    Entries are kept as given: SkillActivationMiddleware rejects the whole batch
+    when any is not a valid, usable skill name.
+    """
+    value = values.get("skill_references")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,) if value.strip() else None
+    if isinstance(value, list | tuple):
+        return tuple(value) or None
+    return (value,)

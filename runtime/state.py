@@ -19,6 +19,7 @@ __all__ = [
     "ViewedImage",
     "last_sandbox",
     "merge_artifacts",
+    "merge_skill_context",
     "merge_viewed_images",
 ]
 
@@ -75,6 +76,37 @@ def merge_viewed_images(
     return result
 
 
+MAX_SKILL_CONTEXT = 32
+
+
+def merge_skill_context(
+    existing: list[dict[str, str]] | None, new: list[dict[str, str]] | None
+) -> list[dict[str, str]]:
+    """Skill references ``{name, path, description}``, one per name, newest last.
+
+    A re-read moves the skill to the end (recency); the list keeps the newest
+    ``MAX_SKILL_CONTEXT`` entries. Never bodies: an entry with other keys is
+    trimmed to these three, and a malformed one (a client can write state) is
+    skipped, never raised on.
+    """
+    result: dict[str, dict[str, str]] = {}
+    for source in (existing, new):
+        for item in source if isinstance(source, list) else ():
+            if not isinstance(item, dict):
+                continue
+            name, path = item.get("name"), item.get("path")
+            if not isinstance(name, str) or not name or not isinstance(path, str):
+                continue
+            description = item.get("description")
+            result.pop(name, None)
+            result[name] = {
+                "name": name,
+                "path": path,
+                "description": description if isinstance(description, str) else "",
+            }
+    return list(result.values())[-MAX_SKILL_CONTEXT:]
+
+
 class ThreadState(AgentState[Any]):
     sandbox: NotRequired[Annotated[SandboxState | None, last_sandbox]]
     thread_data: NotRequired[ThreadDataState | None]
@@ -84,3 +116,6 @@ class ThreadState(AgentState[Any]):
     # The delegation ledger (task tool + SubagentLimitMiddleware; subagents/ledger.py):
     # entries keyed by (run_id, tool_call_id), revalidated on every read.
     delegations: NotRequired[Annotated[list[dict[str, Any]], merge_delegations]]
+    # Skills loaded in this thread (SkillActivation/SkillToolPolicy write it on
+    # activation and on reads of a SKILL.md; DurableContext projects it).
+    skill_context: NotRequired[Annotated[list[dict[str, str]], merge_skill_context]]

@@ -152,6 +152,9 @@ def _pod_spec(config: KubernetesSandboxConfig, pvc_name: str | None) -> dict[str
     if config.skills_volume:
         volumes.append({"name": "skills", **config.skills_volume})
         mounts.append({"name": "skills", "mountPath": VIRTUAL_SKILLS, "readOnly": True})
+    else:  # the provider copies the enabled skills in at acquire (sandbox/skills.py)
+        volumes.append({"name": "skills", "emptyDir": {"sizeLimit": "64Mi"}})
+        mounts.append({"name": "skills", "mountPath": VIRTUAL_SKILLS})
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": config.image,

@@ -371,6 +371,99 @@ def op_write(req: dict) -> None:
     _emit_result({"ok": True, "written": got})
 
 
+SKILLS_MARKER = ".deerflow-skills-digest"
+
+
+def _writable_tree(path: str) -> None:
+    for current, dirs, files in os.walk(path):
+        os.chmod(current, 0o755)
+        for name in files:
+            full = os.path.join(current, name)
+            if not os.path.islink(full):
+                os.chmod(full, 0o644)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(current, d))]
+
+
+def _drop_tree(path: str) -> None:
+    if os.path.lexists(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            _writable_tree(path)
+            import shutil
+
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
+def op_install_skills(req: dict) -> None:
+    """Replace /mnt/skills/{public,custom} with the server's projection (a tar on stdin).
+
+    Only the provider sends this, at acquire; the model's file tools cannot
+    (``write`` refuses /mnt/skills). Members must be plain files or directories
+    under public/ or custom/; files end up 0444 (0555 executable), dirs 0555.
+    """
+    import io
+    import tarfile
+
+    size = int(req["size"])
+    digest = str(req["digest"])
+    payload = _Payload(size)
+    buffer = io.BytesIO()
+    stream = sys.stdin.buffer
+    while payload.remaining > 0:
+        chunk = stream.read(min(CHUNK, payload.remaining))
+        if not chunk:
+            break
+        buffer.write(chunk)
+        payload.remaining -= len(chunk)
+    if payload.remaining:
+        raise AgentError("short_write", f"received {size - payload.remaining} of {size} bytes")
+    marker = os.path.join(SKILLS, SKILLS_MARKER)
+    with contextlib.suppress(OSError), open(marker, encoding="utf-8") as handle:
+        if handle.read().strip() == digest:
+            _emit_result({"ok": True, "installed": False})
+            return
+    staging = os.path.join(SKILLS, f".staging-{os.getpid()}")
+    _drop_tree(staging)
+    os.mkdir(staging, 0o755)
+    buffer.seek(0)
+    modes = []
+    with tarfile.open(fileobj=buffer, mode="r:") as tar:
+        for member in tar.getmembers():
+            parts = [p for p in member.name.split("/") if p not in ("", ".")]
+            if not parts or parts[0] not in ("public", "custom") or ".." in parts:
+                raise AgentError("path", f"bad skills archive member {member.name!r}")
+            if member.name.startswith("/"):
+                raise AgentError("path", f"bad skills archive member {member.name!r}")
+            dest = os.path.join(staging, *parts)
+            if member.isdir():
+                os.makedirs(dest, 0o755, exist_ok=True)
+                modes.append((dest, 0o555))
+            elif member.isfile():
+                os.makedirs(os.path.dirname(dest), 0o755, exist_ok=True)
+                source = tar.extractfile(member)
+                with open(dest, "wb") as out:
+                    out.write(source.read() if source is not None else b"")
+                modes.append((dest, 0o555 if member.mode & 0o100 else 0o444))
+            else:
+                raise AgentError("path", f"skills archive member {member.name!r} is not a file")
+    for sub in ("public", "custom"):
+        os.makedirs(os.path.join(staging, sub), 0o755, exist_ok=True)
+    for path, mode in sorted(modes, key=lambda item: -len(item[0])):
+        os.chmod(path, mode)
+    for sub in ("public", "custom"):
+        os.chmod(os.path.join(staging, sub), 0o555)
+        _drop_tree(os.path.join(SKILLS, sub))
+        os.rename(os.path.join(staging, sub), os.path.join(SKILLS, sub))
+    os.rmdir(staging)
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(marker, 0o644)
+    with open(marker, "w", encoding="utf-8") as handle:
+        handle.write(digest)
+    os.chmod(marker, 0o444)
+    _emit_result({"ok": True, "installed": True})
+
+
 def op_kill(req: dict) -> None:
     """Kill a command's process group (the run that started it was cancelled)."""
     pid = int(req["pid"])
@@ -462,6 +555,7 @@ OPS = {
     "list": op_list,
     "glob": op_glob,
     "grep": op_grep,
+    "install_skills": op_install_skills,
 }
 
 

@@ -75,6 +75,7 @@ from sandbox.base import (
 )
 from sandbox.env import filter_env
 from sandbox.paths import parse_virtual_path
+from sandbox.skills import PodSkills, pod_skills_source
 
 __all__ = ["KubernetesSandbox", "KubernetesSandboxProvider"]
 
@@ -206,6 +207,7 @@ class _Entry:
     synced: dict[str, tuple[int, int]] = field(default_factory=dict)
     sync_pending: bool = True
     syncing: bool = False
+    skills_digest: str | None = None  # the skills projection copied into the current pod
 
 
 @dataclass
@@ -431,6 +433,7 @@ class KubernetesSandboxProvider(SandboxProvider):
         data_root: Path | None = None,
         configuration: client.Configuration | None = None,
         clock: Callable[[], float] = time.time,
+        skills: Callable[[], PodSkills | None] | None = None,
     ) -> None:
         limits = limits or SandboxConfig()
         config = config or limits.kubernetes
@@ -450,6 +453,9 @@ class KubernetesSandboxProvider(SandboxProvider):
         self.secret_env_patterns = tuple(limits.secret_env_patterns)
         self._configuration = configuration
         self._clock = clock
+        # The enabled skills, copied into each pod at acquire (sandbox/skills.py);
+        # not with an operator-mounted skills_volume, which is read-only.
+        self._skills = None if config.skills_volume else skills
         # Two pools: a long command holds an exec thread for its whole run, and
         # must never starve the short API calls (acquire, release, reaper).
         self._executor = ThreadPoolExecutor(
@@ -479,6 +485,7 @@ class KubernetesSandboxProvider(SandboxProvider):
             settings.sandbox.kubernetes,
             limits=settings.sandbox,
             data_root=settings.data_root_path(),
+            skills=pod_skills_source(settings) if settings.skills.enabled else None,
         )
 
     # --- public contract ------------------------------------------------------
@@ -775,6 +782,7 @@ class KubernetesSandboxProvider(SandboxProvider):
     def _mark_ready(self, entry: _Entry, name: str, *, created: bool, had_pod: bool) -> None:
         if created or name != entry.pod_name:
             entry.synced.clear()  # a new pod has none of the uploads
+            entry.skills_digest = None
             entry.sync_pending = True
         entry.pod_name = name
         entry.ready = True
@@ -1247,11 +1255,12 @@ class KubernetesSandboxProvider(SandboxProvider):
         goes on and a missing file reads as missing.
         """
         entry.sync_pending = False
-        if self._data_root is None:
-            return
-        folder = thread_paths(self._data_root, entry.user_id, entry.thread_id).uploads
         entry.syncing = True
         try:
+            await self._install_skills(entry)
+            if self._data_root is None:
+                return
+            folder = thread_paths(self._data_root, entry.user_id, entry.thread_id).uploads
             found = await self._call(_scan_uploads, folder)
             for name, signature in sorted(found.items()):
                 if entry.synced.get(name) == signature:
@@ -1271,6 +1280,20 @@ class KubernetesSandboxProvider(SandboxProvider):
             logger.warning("could not copy uploads into sandbox pod %s: %s", entry.pod_name, exc)
         finally:
             entry.syncing = False
+
+    async def _install_skills(self, entry: _Entry) -> None:
+        """Copy the skills projection into the pod once per pod and content digest."""
+        if self._skills is None:
+            return
+        payload = await self._call(self._skills)
+        if payload is None or entry.skills_digest == payload.digest:
+            return
+        await self.helper(
+            entry,
+            {"op": "install_skills", "digest": payload.digest, "size": len(payload.archive)},
+            stdin=payload.archive,
+        )
+        entry.skills_digest = payload.digest
 
     def _exec_error(self, entry: _Entry, failure: ExecFailure) -> SandboxError:
         if failure.kind == "forbidden":

@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -486,6 +486,7 @@ class LocalSandboxProvider(SandboxProvider):
         network: bool = False,
         limits: CommandLimits | None = None,
         search_timeout: float = 10.0,
+        skills_projection: Callable[[], Path | None] | None = None,
     ) -> None:
         from runtime.config import PROJECT_ROOT
 
@@ -502,6 +503,9 @@ class LocalSandboxProvider(SandboxProvider):
         self._probe_lock = asyncio.Lock()
         self.data_root = Path(data_root) if data_root is not None else PROJECT_ROOT / ".deer-flow"
         self.skills_dir = Path(skills_dir) if skills_dir is not None else None
+        # Without a fixed skills_dir: the enabled skills' projection (sandbox/skills.py),
+        # built off the event loop when the first sandbox is created.
+        self.skills_projection = skills_projection
         self.allow_host_bash = allow_host_bash
         self.command_timeout = command_timeout
         self.max_output_bytes = max_output_bytes
@@ -523,10 +527,15 @@ class LocalSandboxProvider(SandboxProvider):
 
         section = settings.sandbox
         skills: Path | None = None
+        projection = None
         if section.skills_dir:
             skills = Path(section.skills_dir).expanduser()
             if not skills.is_absolute():
                 skills = PROJECT_ROOT / skills
+        elif settings.skills.enabled:
+            from sandbox.skills import projection_source
+
+            projection = projection_source(settings)
         return cls(
             settings.data_root_path(),
             skills_dir=skills,
@@ -547,6 +556,7 @@ class LocalSandboxProvider(SandboxProvider):
                 max_file_bytes=section.limits.max_file_mb * 1024 * 1024,
                 max_open_files=section.limits.max_open_files,
             ),
+            skills_projection=projection,
         )
 
     @property
@@ -641,10 +651,13 @@ class LocalSandboxProvider(SandboxProvider):
                     (*paths.user_data.relative_to(self.data_root).parts, directory),
                 )
             )
+        skills_dir = self.skills_dir
+        if skills_dir is None and self.skills_projection is not None:
+            skills_dir = self.skills_projection()
         aliases: dict[str, str] = {}
         for host, virtual in (
             (paths.user_data, VIRTUAL_USER_DATA),
-            (self.skills_dir, VIRTUAL_SKILLS),
+            (skills_dir, VIRTUAL_SKILLS),
         ):
             if host is None:
                 continue
@@ -657,7 +670,7 @@ class LocalSandboxProvider(SandboxProvider):
             thread_id=thread_id,
             paths=paths,
             data_root=self.data_root,
-            skills_dir=self.skills_dir,
+            skills_dir=skills_dir,
             shell=shell,
             host_aliases=aliases,
             allow_commands=self.allow_host_bash,

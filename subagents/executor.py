@@ -84,6 +84,8 @@ class ParentContext:
     roles: tuple[str, ...] = ()
     sandbox: Any = None
     thread_data: Any = None
+    skill_allowlist: tuple[str, ...] | None = None
+    """The skills the parent may use (None: every enabled one); the child can only narrow it."""
 
     @classmethod
     def from_run(cls, config: Mapping[str, Any] | None, state: Any) -> ParentContext:
@@ -282,6 +284,8 @@ def child_config(spec: TaskSpec, parent: ParentContext) -> RunnableConfig:
         configurable["langgraph_auth_user_id"] = parent.auth_user_id
     if parent.permissions:
         configurable["langgraph_auth_permissions"] = list(parent.permissions)
+    if parent.skill_allowlist is not None:
+        configurable["skill_allowlist"] = list(parent.skill_allowlist)
     link = {k: v for k, v in spec.link_metadata(parent).items() if v is not None}
     configurable.update(link)
     return {
@@ -422,6 +426,8 @@ class RemoteRunner(SubagentRunner):
         context: dict[str, Any] = {"subagent_type": spec.subagent_type.name}
         if spec.model_name:
             context["model_name"] = spec.model_name
+        if parent.skill_allowlist is not None:
+            context["skill_allowlist"] = list(parent.skill_allowlist)
         error: Any = None
         inputs: dict[str, Any] = {"messages": [{"role": "user", "content": spec.prompt}]}
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 import uuid
 from typing import Annotated, Any
@@ -27,6 +28,8 @@ from langgraph.types import Command
 from pydantic import Field
 
 from runtime.config import Settings
+from runtime.run_options import resolve_run_options
+from runtime.skills import run_skill_allowlist
 from subagents.contract import TASK_TOOL_NAME
 from subagents.executor import (
     ParentContext,
@@ -42,6 +45,11 @@ from subagents.results import TaskOutcome
 from subagents.types import SubagentType, available_subagent_types, resolve_subagent_model
 
 __all__ = ["make_task_tool", "task_tool_description"]
+
+
+def _sorted_or_none(names: frozenset[str] | None) -> tuple[str, ...] | None:
+    return None if names is None else tuple(sorted(names))
+
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +142,12 @@ def make_task_tool(
         subagent_type = subagent_type.strip()[:_LABEL_LIMIT]
         emit = _safe_emit(runtime)
         parent = ParentContext.from_run(runtime.config, runtime.state)
+        parent = dataclasses.replace(
+            parent,
+            skill_allowlist=_sorted_or_none(
+                run_skill_allowlist(settings, resolve_run_options(runtime.config), subagent=False)
+            ),
+        )
         run_id = current_run_id(runtime.config)
         chosen = by_name.get(subagent_type)
         emit(

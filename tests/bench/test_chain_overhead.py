@@ -24,4 +24,6 @@ def test_quick_run_prints_the_ratio_and_writes_results(
     report = output.read_text(encoding="utf-8")
     assert "| full lead chain (build_middlewares) |" in report
     assert "synthetic: 30 pass-through wrap middlewares" in report
+    assert "| full lead chain, a skill activated with /bench-skill |" in report
+    assert re.fullmatch(r"skills_active_ratio=\d+\.\d\d", lines[-2])
     assert lines[-1] in report.replace("`", "")

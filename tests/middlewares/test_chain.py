@@ -116,6 +116,8 @@ REAL_LEAD_DEFAULT: list[str] = [
     "ReadBeforeWriteMiddleware",
     "ToolErrorHandlingMiddleware",
     "DynamicContextMiddleware",  # always installed (issue 19.5)
+    "SkillActivationMiddleware",  # skills are on by default
+    "SkillToolPolicyMiddleware",
     "TitleMiddleware",
     "SystemMessageCoalescingMiddleware",
     "SubagentLimitMiddleware",  # subagents are on by default

@@ -64,9 +64,11 @@ def test_default_pod_is_locked_down() -> None:
     assert set(container["resources"]["requests"]) == {"cpu", "memory", "ephemeral-storage"}
     assert set(container["resources"]["limits"]) == {"cpu", "memory", "ephemeral-storage"}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert mounts == {"/mnt/user-data": "user-data", "/tmp": "tmp"}
+    assert mounts == {"/mnt/user-data": "user-data", "/tmp": "tmp", "/mnt/skills": "skills"}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["user-data"]["emptyDir"] == {"sizeLimit": "1Gi"}
+    # The provider copies the enabled skills in at acquire (sandbox/skills.py).
+    assert volumes["skills"]["emptyDir"] == {"sizeLimit": "64Mi"}
     assert volumes["tmp"]["emptyDir"] == {"sizeLimit": "256Mi"}
     for absent in (
         "runtimeClassName",

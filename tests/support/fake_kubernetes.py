@@ -663,6 +663,7 @@ async def kubernetes_provider(
     limits: dict[str, Any] | None = None,
     clock: Any = None,
     data_root: Path | None = None,
+    skills: Any = None,
     **config: Any,
 ) -> AsyncIterator[tuple[Any, FakeKubernetes]]:
     """A ``KubernetesSandboxProvider`` wired to a fresh fake cluster through a kubeconfig.
@@ -681,7 +682,9 @@ async def kubernetes_provider(
         sandbox = SandboxConfig.model_validate(
             {"use": "sandbox.kubernetes:KubernetesSandboxProvider", **(limits or {})}
         )
-        extra = {"clock": clock} if clock is not None else {}
+        extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
+        if skills is not None:  # a skills source (sandbox.skills.pod_skills_source)
+            extra["skills"] = skills
         provider = KubernetesSandboxProvider(section, limits=sandbox, data_root=data_root, **extra)
         try:
             yield provider, fake

@@ -246,6 +246,8 @@ def _parse_invalid_args(raw: Any) -> dict[str, Any]:
 class ClarificationMiddleware(AgentMiddleware[Any, Any]):
     """Turn ``ask_clarification`` into a run-level pause (always registered last)."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def _answer(self, call_id: str, args: Any) -> ToolMessage:
         payload = build_clarification_payload(args)
         return ToolMessage(

@@ -71,6 +71,8 @@ def _user_authored(message: BaseMessage) -> bool:
 class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
     """Inject the date as a hidden reminder ahead of the user's message."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(self, *, now: Callable[[], datetime] | None = None) -> None:
         super().__init__()
         self._now = now

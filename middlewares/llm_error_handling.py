@@ -381,6 +381,8 @@ _FALLBACK_TEXT: dict[str, str] = {
 class LLMErrorHandlingMiddleware(AgentMiddleware[Any, Any]):
     """Retry transient provider errors, trip a circuit breaker, fall back cleanly."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         config: LLMErrorHandlingConfig,

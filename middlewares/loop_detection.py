@@ -75,6 +75,8 @@ class _RunLoops:
 class LoopDetectionMiddleware(AgentMiddleware[Any, Any]):
     """Warn on, then hard-stop, repeated tool calls within one run."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

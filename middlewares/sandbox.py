@@ -72,6 +72,8 @@ def _with_sandbox_id(result: ToolResult, sandbox_id: str) -> ToolResult:
 class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
     """Lazy acquisition on the first sandbox tool call; release after the run."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     state_schema = ThreadState
 
     def __init__(

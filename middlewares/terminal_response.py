@@ -74,6 +74,8 @@ def _after_tool_execution(messages: Sequence[AnyMessage]) -> bool:
 class TerminalResponseMiddleware(AgentMiddleware[Any, Any]):
     """Retry an empty post-tool answer once, then fail visibly."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     @staticmethod
     def _needs_recovery(request: ModelRequest[Any], response: Any) -> bool:
         message = last_ai_message(response)

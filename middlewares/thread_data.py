@@ -78,6 +78,8 @@ def _stamp(messages: Sequence[AnyMessage] | None, run_id: str | None) -> AnyMess
 class ThreadDataMiddleware(AgentMiddleware[ThreadState, Any]):
     """Thread paths into state, run stamp on the latest user message."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     state_schema = ThreadState
 
     def __init__(self, settings: Settings, *, lazy_init: bool | None = None) -> None:

@@ -168,6 +168,8 @@ def render_receipt_ledger(
 class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):
     """Stamp receipts on tool results and show the model a hidden receipt ledger."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

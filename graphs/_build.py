@@ -46,7 +46,12 @@ def build_agent(
         kind == "lead_agent" and settings.subagents.enabled and bool(effective["subagent_enabled"])
     )
     thinking = bool(effective["thinking_enabled"]) and resolved.entry.supports_thinking
-    model = create_chat_model(resolved.entry, thinking_enabled=thinking)
+    model = create_chat_model(
+        resolved.entry,
+        thinking_enabled=thinking,
+        # LLMErrorHandling retries (Retry-After, circuit breaker): not the SDK too.
+        sdk_retries=not settings.llm_error_handling.enabled,
+    )
     inputs = ChainInputs(
         settings=settings, options=options, model=resolved.entry, effective=effective
     )

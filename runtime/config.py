@@ -808,7 +808,9 @@ class LLMErrorHandlingConfig(_Section):
     max_retries: int = Field(default=3, ge=0, le=20)
     base_delay: float = Field(default=1.0, ge=0)
     max_delay: float = Field(default=30.0, ge=0)
-    retry_after_max_seconds: float = Field(default=86_400.0, ge=0, le=86_400.0)
+    # A longer Retry-After is not waited for (the run gets the fallback answer):
+    # minutes, not hours, so one rate-limited call cannot hold a worker.
+    retry_after_max_seconds: float = Field(default=300.0, ge=0, le=86_400.0)
     circuit_breaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_anthropic import ChatAnthropic
@@ -110,11 +111,11 @@ def test_sdk_retries_are_off_when_our_retries_are_on(use: str, extra: dict[str, 
     entry = ModelConfig.model_validate(
         {"name": "p", "use": use, "model": "m", "api_key": "k", "max_retries": 5, **extra}
     )
-    ours = create_chat_model(entry, sdk_retries=False)
-    theirs = create_chat_model(entry)
+    ours: Any = create_chat_model(entry, sdk_retries=False)
+    theirs: Any = create_chat_model(entry)
     assert ours.max_retries == 0
     assert theirs.max_retries == 5
-    client = ours.root_client if isinstance(ours, ChatOpenAI) else ours._client  # type: ignore[attr-defined]
+    client = ours.root_client if isinstance(ours, ChatOpenAI) else ours._client
     assert client.max_retries == 0
 
 
@@ -132,7 +133,7 @@ async def test_the_lead_agent_model_has_sdk_retries_off(
 
     import graphs._build as build
 
-    built: list[object] = []
+    built: list[Any] = []
 
     def spy(*args: object, **kwargs: object) -> object:
         model = create_chat_model(*args, **kwargs)  # type: ignore[arg-type]

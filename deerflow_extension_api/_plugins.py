@@ -21,7 +21,7 @@ from langchain.agents.middleware import AgentMiddleware
 
 from deerflow_extension_api._store import ExtensionData
 from deerflow_extension_api._types import MiddlewareContributor
-from runtime.config import ConfigError, import_object
+from deerflow_extension_api.loading import ConfigError, import_object
 
 __all__ = [
     "ConfiguredMiddleware",

@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
-from middlewares._fusion import compose_chain
+from middlewares import compose_chain
 from middlewares.chain import (
     ChainInputs,
     build_middlewares,
@@ -21,6 +21,7 @@ from runtime.config import Settings
 from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import resolve_run_options
 from runtime.state import ThreadState
+from subagents.executor import SubagentBuilder
 from subagents.limits import resolve_subagent_limits
 from tools.selection import select_tools
 from tools.task import make_task_tool
@@ -36,8 +37,13 @@ def build_agent(
     system_prompt: str,
     tools: Sequence[BaseTool] | None = None,
     custom_middlewares: Sequence[AgentMiddleware[Any, Any]] = (),
+    build_subagent: SubagentBuilder | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """Build the agent for one run and stamp what it resolved into run metadata."""
+    """Build the agent for one run and stamp what it resolved into run metadata.
+
+    ``build_subagent`` is how the lead agent's ``task`` tool builds in-process
+    subagents (the composition root passes ``graphs.subagent.build_subagent``).
+    """
     options = resolve_run_options(config)
     resolved = resolve_model_name(settings, options.model_name)
     effective = options.effective(subagents_default=settings.subagents.enabled)
@@ -68,7 +74,14 @@ def build_agent(
     )
     if effective["subagent_enabled"]:
         limits = resolve_subagent_limits(settings.subagents, options)
-        agent_tools.append(make_task_tool(settings, limits=limits, parent_model=resolved.name))
+        agent_tools.append(
+            make_task_tool(
+                settings,
+                limits=limits,
+                parent_model=resolved.name,
+                build_subagent=build_subagent,
+            )
+        )
     graph = create_agent(
         model,
         agent_tools,

@@ -38,10 +38,13 @@ from langchain.agents.middleware import AgentMiddleware, TodoListMiddleware
 from langchain_core.runnables import RunnableConfig
 
 from deerflow_extension_api import AgentBuildContext, AgentScope, HostPolicySnapshot
-from deerflow_extension_api._host import apply_contributions
-from deerflow_extension_api._placement import StackEntry
-from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
-from deerflow_extension_api._store import TaskStoreScope
+from deerflow_extension_api.host import (
+    LoadedExtensions,
+    StackEntry,
+    TaskStoreScope,
+    apply_contributions,
+    load_extensions,
+)
 from middlewares.clarification import ClarificationMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware

@@ -54,6 +54,7 @@ from langchain_core.messages import AIMessage
 from langgraph.errors import GraphBubbleUp
 
 from runtime.config import LLMErrorHandlingConfig, ModelConfig
+from runtime.messages import LLM_ERROR_KEY
 from runtime.retry_after import retry_after_from_error
 
 __all__ = [
@@ -69,7 +70,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-LLM_ERROR_KEY = "deerflow_llm_error"
 
 ErrorKind = Literal[
     "timeout",

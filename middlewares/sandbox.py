@@ -37,7 +37,7 @@ from sandbox.session import (
     state_sandbox_id,
     thread_id_of,
 )
-from tools._common import is_sandbox_tool
+from tools import is_sandbox_tool
 
 __all__ = ["SandboxMiddleware"]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import importlib
 import logging
 import os
 import re
@@ -29,6 +28,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from deerflow_extension_api.loading import ConfigError, import_object
+from runtime.identity import is_reserved_identity, use_studio_policy_source
 
 __all__ = [
     "BUILTIN_SUBAGENT_TYPES",
@@ -73,10 +75,6 @@ logger = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 _ENV_REF = re.compile(r"^\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))$")
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with a message that names the key at fault."""
 
 
 class _Section(BaseModel):
@@ -311,8 +309,6 @@ class ApiKeyEntry(_Section):
     @field_validator("identity")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
-        from auth.identity import is_reserved_identity
-
         if is_reserved_identity(value):
             raise ValueError(f"{value!r} is reserved for the server")
         return value
@@ -1005,21 +1001,6 @@ def _entry_label(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
     return ""
 
 
-def import_object(path: str, *, what: str) -> Any:
-    """Import ``module.path:Name``; errors name ``what`` (the config entry)."""
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"{what}: {path!r} must look like 'module.path:Name'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{what}: cannot import module {module_name!r} ({exc})") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError as exc:
-        raise ConfigError(f"{what}: module {module_name!r} has no attribute {attr!r}") from exc
-
-
 def load_settings(path: Path | None = None) -> Settings:
     """Read, resolve and validate the config. Blocking: call off the event loop."""
     source = path or config_path()
@@ -1087,3 +1068,7 @@ def reset_settings_cache() -> None:
     global _cache
     with _cache_lock:
         _cache = None
+
+
+# ``principal_of`` (a leaf module) reads the Studio policy from the settings.
+use_studio_policy_source(lambda: get_settings().auth.studio_policy)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from auth.identity import make_safe_user_id
+from runtime.identity import make_safe_user_id
 from runtime.paths import (
     VIRTUAL_OUTPUTS,
     VIRTUAL_SKILLS,

@@ -65,7 +65,6 @@ __all__ = [
     "LLMErrorHandlingMiddleware",
     "classify_llm_error",
     "get_circuit_breaker",
-    "reset_circuit_breakers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -372,12 +371,6 @@ def get_circuit_breaker(
             breaker = CircuitBreaker(failure_threshold, recovery_timeout)
             _breakers[full_key] = breaker
         return breaker
-
-
-def reset_circuit_breakers() -> None:
-    """Forget every breaker (tests)."""
-    with _breakers_lock:
-        _breakers.clear()
 
 
 # --- the middleware -----------------------------------------------------------------

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +33,7 @@ from runtime.saver import DeerflowPostgresSaver
 pytestmark = pytest.mark.postgres
 
 _versions = itertools.count(1)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -303,3 +307,106 @@ async def test_remove_markers_and_writes_survive_a_rollback_elsewhere(
     assert [(w[1], texts(w[2])) for w in found.pending_writes or []] == [
         ("messages", texts([pending, marker]))
     ]
+
+
+# ------------------------------------------------------- a replica in another process
+
+
+class ProcessReplica:
+    """``tests/support/saver_replica.py`` in its own OS process (its own cache)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    async def call(self, **command: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write((json.dumps(command) + "\n").encode())
+        await self.process.stdin.drain()
+        reply = json.loads(await asyncio.wait_for(self.process.stdout.readline(), 60))
+        assert "error" not in reply, reply["error"]
+        return dict(reply)
+
+
+@pytest.fixture
+async def process_replica(
+    postgres_uri: str, pools: Callable[[], AsyncConnectionPool[Any]]
+) -> AsyncIterator[ProcessReplica]:
+    del pools  # the tables are set up
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.support.saver_replica",
+        postgres_uri,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        yield ProcessReplica(process)
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), 20)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+def rows_of(messages: list[BaseMessage]) -> list[list[Any]]:
+    return [[m.type, m.id, m.content] for m in messages]
+
+
+@pytest.mark.parametrize("how", ["delete_thread", "rollback"])
+async def test_another_process_rewrites_a_thread_this_one_deleted(
+    pools: Callable[[], AsyncConnectionPool[Any]], process_replica: ProcessReplica, how: str
+) -> None:
+    """The issue's first scenario with B in a separate OS process, as reproduced."""
+    a = await replica(pools)
+    thread_id = uuid.uuid4().hex
+    first, answer = human("first question"), ai("first answer")
+    one = await process_replica.call(
+        op="put", thread=thread_id, parent=None, messages=rows_of([first]), run="run-1"
+    )
+    await process_replica.call(
+        op="put", thread=thread_id, parent=one["id"], messages=rows_of([first, answer]), run="run-1"
+    )
+    if how == "delete_thread":
+        await a.adelete_thread(thread_id)
+    else:
+        await a.adelete_for_runs(["run-1"])
+    again = await process_replica.call(
+        op="put", thread=thread_id, parent=None, messages=rows_of([first]), run="run-2"
+    )
+    assert texts(await read(a, thread_id, again["id"])) == texts([first])
+    reply = ai("later answer")
+    later = await put(a, thread_id, again["id"], [first, reply], run_id="run-3")
+    seen = await process_replica.call(op="read", thread=thread_id, checkpoint=later)
+    assert seen["messages"] == rows_of([first, reply])
+
+
+@pytest.mark.parametrize("view", ["with_a_turn", "own_view"])
+async def test_another_process_resends_a_message_this_one_rolled_back(
+    pools: Callable[[], AsyncConnectionPool[Any]], process_replica: ProcessReplica, view: str
+) -> None:
+    """The issue's second scenario with B in a separate OS process: B re-sends the
+    rolled-back exchange on top of A's turn, or (its own view) as it had it. Before
+    the fix the latter silently read back A's messages in place of B's."""
+    a = await replica(pools)
+    thread_id = uuid.uuid4().hex
+    q1, a1, q2, a2 = human("q1"), ai("a1"), human("q2 (rolled back)"), ai("a2")
+    c1 = await process_replica.call(
+        op="put", thread=thread_id, parent=None, messages=rows_of([q1, a1]), run="run-1"
+    )
+    await process_replica.call(
+        op="put", thread=thread_id, parent=c1["id"], messages=rows_of([q1, a1, q2, a2]), run="run-2"
+    )
+    await a.adelete_for_runs(["run-2"])
+    q3, a3 = human("q3 from A"), ai("a3 from A")
+    c3 = await put(a, thread_id, c1["id"], [q1, a1, q3, a3], run_id="run-3")
+    resent = [q1, a1, q3, a3, q2, a2] if view == "with_a_turn" else [q1, a1, q2, a2]
+    c4 = await process_replica.call(
+        op="put", thread=thread_id, parent=c3, messages=rows_of(resent), run="run-4"
+    )
+    assert texts(await read(a, thread_id, c4["id"])) == texts(resent)
+    assert texts(await read(a, thread_id, c3)) == texts([q1, a1, q3, a3])

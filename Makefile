@@ -37,11 +37,14 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
+# Style, format and the layer contract (pyproject.toml [tool.importlinter]).
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format:
 	$(BIN)/ruff check --fix .
@@ -53,7 +56,8 @@ typecheck:
 pytest: install
 	$(BIN)/pytest
 
-# Checkpoint write latency and storage, Postgres vs in-memory (TURNS=200 by default);
+# Checkpoint storage, write and read latency: our saver, in-memory, stock, stock + DeltaChannel
+# (TURNS=200 by default);
 # writes bench/results/checkpointer.md.
 .PHONY: bench-checkpointer
 bench-checkpointer: install

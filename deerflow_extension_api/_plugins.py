@@ -21,7 +21,7 @@ from langchain.agents.middleware import AgentMiddleware
 
 from deerflow_extension_api._store import ExtensionData
 from deerflow_extension_api._types import MiddlewareContributor
-from runtime.config import ConfigError, import_object
+from deerflow_extension_api.loading import ConfigError, import_object
 
 __all__ = [
     "ConfiguredMiddleware",
@@ -32,7 +32,6 @@ __all__ = [
     "aload_extensions",
     "load_extensions",
     "load_plugins",
-    "reset_extensions_cache",
     "resolve_configured",
 ]
 
@@ -176,10 +175,3 @@ async def aload_extensions(settings: Any) -> LoadedExtensions:
     if cached is not None and cached[0] is settings:
         return cached[1]
     return await asyncio.to_thread(load_extensions, settings)
-
-
-def reset_extensions_cache() -> None:
-    """Forget loaded plugins (tests; a reloaded config loads them again)."""
-    global _cache
-    with _cache_lock:
-        _cache = None

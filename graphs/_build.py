@@ -15,7 +15,7 @@ from langgraph.graph.state import CompiledStateGraph
 from authz.principal import build_principal_from_context
 from authz.setup import authorize_model
 from graphs.prompts import skills_prompt_section
-from middlewares._fusion import compose_chain
+from middlewares import compose_chain
 from middlewares.chain import (
     ChainInputs,
     build_middlewares,
@@ -27,6 +27,7 @@ from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import resolve_run_options
 from runtime.skills import get_skill_registry, run_skill_allowlist
 from runtime.state import ThreadState
+from subagents.executor import SubagentBuilder
 from subagents.limits import resolve_subagent_limits
 from tools.clarification import for_clarification_mode
 from tools.selection import select_tools
@@ -55,8 +56,13 @@ def build_agent(
     system_prompt: str,
     tools: Sequence[BaseTool] | None = None,
     custom_middlewares: Sequence[AgentMiddleware[Any, Any]] = (),
+    build_subagent: SubagentBuilder | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """Build the agent for one run and stamp what it resolved into run metadata."""
+    """Build the agent for one run and stamp what it resolved into run metadata.
+
+    ``build_subagent`` is how the lead agent's ``task`` tool builds in-process
+    subagents (the composition root passes ``graphs.subagent.build_subagent``).
+    """
     options = resolve_run_options(config)
     resolved = resolve_model_name(settings, options.model_name)
     # Model authorization (spec: model:use) before anything is built for the run.
@@ -73,7 +79,12 @@ def build_agent(
         kind == "lead_agent" and settings.subagents.enabled and bool(effective["subagent_enabled"])
     )
     thinking = bool(effective["thinking_enabled"]) and resolved.entry.supports_thinking
-    model = create_chat_model(resolved.entry, thinking_enabled=thinking)
+    model = create_chat_model(
+        resolved.entry,
+        thinking_enabled=thinking,
+        # LLMErrorHandling retries (Retry-After, circuit breaker): not the SDK too.
+        sdk_retries=not settings.llm_error_handling.enabled,
+    )
     inputs = ChainInputs(
         settings=settings,
         options=options,
@@ -95,7 +106,14 @@ def build_agent(
     agent_tools = [for_clarification_mode(t, settings.clarification.mode) for t in agent_tools]
     if effective["subagent_enabled"]:
         limits = resolve_subagent_limits(settings.subagents, options)
-        agent_tools.append(make_task_tool(settings, limits=limits, parent_model=resolved.name))
+        agent_tools.append(
+            make_task_tool(
+                settings,
+                limits=limits,
+                parent_model=resolved.name,
+                build_subagent=build_subagent,
+            )
+        )
     system_prompt = system_prompt + _skills_section(settings, options, kind=kind)
     graph = create_agent(
         model,

@@ -7,9 +7,10 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from deerflow_extension_api._plugins import aload_extensions
+from deerflow_extension_api.host import aload_extensions
 from graphs._build import build_agent
 from graphs.prompts import LEAD_SYSTEM_PROMPT
+from graphs.subagent import build_subagent
 from runtime.config import Settings, aget_settings
 from runtime.skills import aget_skill_registry
 
@@ -20,7 +21,14 @@ def build_lead_agent(
     settings: Settings, config: RunnableConfig | None = None
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Synchronous builder (no I/O), for tests and embedding."""
-    return build_agent(settings, config, kind="lead_agent", system_prompt=LEAD_SYSTEM_PROMPT)
+    return build_agent(
+        settings,
+        config,
+        kind="lead_agent",
+        system_prompt=LEAD_SYSTEM_PROMPT,
+        # The composition root wires the subagent builder into the task tool.
+        build_subagent=build_subagent,
+    )
 
 
 async def make_lead_agent(config: RunnableConfig) -> CompiledStateGraph[Any, Any, Any, Any]:

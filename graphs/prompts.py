@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runtime.skills import Skill
+from subagents.types import SUBAGENT_SYSTEM_PROMPT
 
 __all__ = ["LEAD_SYSTEM_PROMPT", "SUBAGENT_SYSTEM_PROMPT", "skills_prompt_section"]
 
@@ -14,11 +15,6 @@ workspace at /mnt/user-data/workspace; files the user uploads are in
 /mnt/user-data/uploads, and deliverables go to /mnt/user-data/outputs.
 Plan before you act, use your tools to verify facts, read a file before you
 change it, and finish with a clear answer that says what you did.
-"""
-
-SUBAGENT_SYSTEM_PROMPT = """\
-You are a focused subagent. Complete the delegated task with your tools, then
-reply with a concise result the lead agent can use. Do not ask the user questions.
 """
 
 

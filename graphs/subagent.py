@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from deerflow_extension_api._plugins import aload_extensions
+from deerflow_extension_api.host import aload_extensions
 from graphs._build import build_agent
 from runtime.config import ConfigError, Settings, aget_settings
 from runtime.run_options import merged_run_config
@@ -26,6 +26,7 @@ from subagents.types import (
     resolve_type_tools,
     subagent_types,
 )
+from tools.task import TOOL_CATALOG
 
 __all__ = ["build_subagent", "make_subagent", "recursion_limit_for", "subagent_type_of"]
 
@@ -79,7 +80,7 @@ def build_subagent(
         config,
         kind="subagent",
         system_prompt=subagent_type.system_prompt,
-        tools=resolve_type_tools(settings, subagent_type),
+        tools=resolve_type_tools(settings, subagent_type, TOOL_CATALOG),
     )
     max_turns = subagent_type.max_turns or settings.subagents.max_turns
     bound = graph.with_config(

@@ -35,9 +35,8 @@ of ``chain``. It dispatches exactly as the naive composition does:
   interrupts and ``Command(goto=...)`` from tools, the state schema (merged in
   the same order), middleware tools (same order) and stream transformers.
 
-A member is *fusable* when its class says ``deerflow_fusable = True``, or,
-when it says nothing, when it is one of this project's built-in middlewares
-(defined under the ``middlewares`` package). The contract a fusable member
+A member is *fusable* only when its class opts in with
+``deerflow_fusable = True`` (every built-in middleware does). The contract a fusable member
 keeps: its ``before_*``/``after_*`` hooks never call ``interrupt()`` and never
 return a ``Command`` with ``goto``/``graph``/``resume`` (one that does raises
 ``FusionContractError``; an interrupt is logged). A non-fusable member keeps
@@ -56,29 +55,28 @@ when LangSmith tracing could be on (traces then have exactly the naive spans)
 or when ``DEERFLOW_CHAIN_FUSION`` is false, the fused one otherwise. If tracing
 turns on after the build, member spans are still emitted, nested as in the
 naive trace, under one extra ``MiddlewareChain`` span.
+
+Fusion replays ``create_agent`` with nine private helpers of
+``langchain.agents.factory``. They are imported lazily, in ``_load_factory``
+only, after a version check (``TESTED_LANGCHAIN``) and a signature check of
+``_build_commands``; if anything is missing or changed, ``compose_chain``
+logs one warning and returns the naive chain: slower, never down.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.metadata
 import inspect
 import logging
 import os
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, TypedDict, cast, get_type_hints
 
-from langchain.agents.factory import (
-    _build_commands,
-    _chain_async_model_call_handlers,
-    _chain_async_tool_call_wrappers,
-    _chain_model_call_handlers,
-    _chain_tool_call_wrappers,
-    _ComposedExtendedModelResponse,
-    _get_can_jump_to,
-    _normalize_to_model_response,
-    _wrap_trace_kwargs,
-)
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
@@ -109,7 +107,9 @@ __all__ = [
     "CHAIN_NAME",
     "FUSABLE_ATTRIBUTE",
     "LIFECYCLE_HOOKS",
+    "TESTED_LANGCHAIN",
     "FusionContractError",
+    "FusionUnavailableError",
     "compose_chain",
     "fuse_middlewares",
     "fusion_enabled",
@@ -133,15 +133,98 @@ class FusionContractError(RuntimeError):
     """A fused hook did something only a graph node of its own can do."""
 
 
+class FusionUnavailableError(RuntimeError):
+    """The installed LangChain lacks (or changed) a private name fusion relies on."""
+
+
+# --- the one place that touches langchain's private factory internals --------
+
+TESTED_LANGCHAIN = ("1.5",)
+"""``major.minor`` versions of ``langchain`` the fused chain was proven against
+(``tests/middlewares/test_fusion.py``); any other falls back to the naive chain."""
+
+_FACTORY_NAMES = (
+    "_build_commands",
+    "_chain_async_model_call_handlers",
+    "_chain_async_tool_call_wrappers",
+    "_chain_model_call_handlers",
+    "_chain_tool_call_wrappers",
+    "_ComposedExtendedModelResponse",
+    "_get_can_jump_to",
+    "_normalize_to_model_response",
+    "_wrap_trace_kwargs",
+)
+# Keyword arguments of ``_build_commands`` the fused model node passes: a new
+# one means create_agent's model node changed what it emits.
+_BUILD_COMMANDS_PARAMS = frozenset(
+    {"model_response", "middleware_commands", "has_structured_output", "repaired_messages"}
+)
+_factory_lock = threading.Lock()
+_factory_cache: SimpleNamespace | FusionUnavailableError | None = None
+_warned = False
+
+
+def _load_factory() -> SimpleNamespace:
+    version = importlib.metadata.version("langchain")
+    if ".".join(version.split(".")[:2]) not in TESTED_LANGCHAIN:
+        raise FusionUnavailableError(
+            f"langchain {version} is not a version the fused chain was tested with "
+            f"({', '.join(TESTED_LANGCHAIN)}.x)"
+        )
+    try:
+        factory = importlib.import_module("langchain.agents.factory")
+    except ImportError as exc:  # pragma: no cover - langchain itself is a dependency
+        raise FusionUnavailableError(f"langchain.agents.factory: {exc}") from exc
+    missing = [name for name in _FACTORY_NAMES if not hasattr(factory, name)]
+    if missing:
+        raise FusionUnavailableError(
+            f"langchain {version} has no {', '.join(missing)} in langchain.agents.factory"
+        )
+    params = set(inspect.signature(factory._build_commands).parameters)
+    if params != _BUILD_COMMANDS_PARAMS:
+        raise FusionUnavailableError(
+            f"langchain {version} changed _build_commands{sorted(params)}; "
+            "the fused model node would drift from create_agent's"
+        )
+    return SimpleNamespace(**{name.lstrip("_"): getattr(factory, name) for name in _FACTORY_NAMES})
+
+
+def _factory() -> SimpleNamespace:
+    """langchain's private factory helpers, checked once (raises ``FusionUnavailableError``)."""
+    global _factory_cache
+    cached = _factory_cache
+    if cached is None:
+        with _factory_lock:
+            if _factory_cache is None:
+                try:
+                    _factory_cache = _load_factory()
+                except FusionUnavailableError as exc:
+                    _factory_cache = exc
+            cached = _factory_cache
+    if isinstance(cached, FusionUnavailableError):
+        raise cached
+    return cached
+
+
+def _reset_factory() -> None:
+    """Forget the check (tests that simulate another langchain)."""
+    global _factory_cache, _warned
+    with _factory_lock:
+        _factory_cache = None
+        _warned = False
+
+
 # --- deciding ----------------------------------------------------------------
 
 
 def is_fusable(middleware: AgentMiddleware[Any, Any]) -> bool:
-    """Whether ``middleware``'s lifecycle hooks may share a node with its neighbours."""
-    declared = getattr(middleware, FUSABLE_ATTRIBUTE, None)
-    if isinstance(declared, bool):
-        return declared
-    return type(middleware).__module__.partition(".")[0] == "middlewares"
+    """Whether ``middleware``'s lifecycle hooks may share a node with its neighbours.
+
+    Opt-in only: the class must say ``deerflow_fusable = True`` (a promise that
+    its hooks never interrupt nor return ``Command(goto=...)``). Where a class
+    lives says nothing about what its hooks do.
+    """
+    return getattr(middleware, FUSABLE_ATTRIBUTE, False) is True
 
 
 def fusion_enabled() -> bool:
@@ -175,9 +258,20 @@ def compose_chain(
     """The middleware list for ``create_agent(model, tools, ...)``.
 
     Fused (with ``after_model`` folding when the agent will have a tool node)
-    unless tracing could be on or the operator switched fusion off.
+    unless tracing could be on, the operator switched fusion off, or the
+    installed LangChain is not one fusion was tested with (then one warning).
     """
     if not fusion_enabled() or tracing_possible(config):
+        return list(chain)
+    try:
+        _factory()
+    except FusionUnavailableError as exc:
+        global _warned
+        if not _warned:
+            _warned = True
+            logger.warning(
+                "middleware fusion is off, the chain runs naive (slower, same behaviour): %s", exc
+            )
         return list(chain)
     has_tool_node = bool(tools) or any(
         getattr(m, "tools", None) or _has_hook(m, "wrap_tool_call") for m in chain
@@ -503,13 +597,14 @@ class _ChainWrapsBase(AgentMiddleware[Any, Any, Any]):
         self.transformers = tuple(t for m in members for t in getattr(m, "transformers", ()))
         model = [m for m in members if _has_hook(m, "wrap_model_call")]
         tool = [m for m in members if _has_hook(m, "wrap_tool_call")]
+        lc = _factory()
         self.model_members = tuple(model)
         self.tool_members = tuple(tool)
         # Exactly the chaining create_agent applies (first outermost, commands inner-first).
-        self._model: Any = _chain_model_call_handlers([m.wrap_model_call for m in model])
-        self._amodel: Any = _chain_async_model_call_handlers([m.awrap_model_call for m in model])
-        self._tool: Any = _chain_tool_call_wrappers([m.wrap_tool_call for m in tool])
-        self._atool: Any = _chain_async_tool_call_wrappers([m.awrap_tool_call for m in tool])
+        self._model: Any = lc.chain_model_call_handlers([m.wrap_model_call for m in model])
+        self._amodel: Any = lc.chain_async_model_call_handlers([m.awrap_model_call for m in model])
+        self._tool: Any = lc.chain_tool_call_wrappers([m.wrap_tool_call for m in tool])
+        self._atool: Any = lc.chain_async_tool_call_wrappers([m.awrap_tool_call for m in tool])
 
     @property
     def name(self) -> str:
@@ -518,18 +613,21 @@ class _ChainWrapsBase(AgentMiddleware[Any, Any, Any]):
     @functools.cached_property
     def _traced_chains(self) -> dict[str, Any]:
         """The naive composition, each hook in its own span (used only while tracing)."""
+        lc = _factory()
 
         def traced(m: AgentMiddleware[Any, Any], attr: str) -> Any:
-            return traceable(name=f"{m.name}.{attr}", **_wrap_trace_kwargs(m))(getattr(m, attr))
+            return traceable(name=f"{m.name}.{attr}", **lc.wrap_trace_kwargs(m))(getattr(m, attr))
 
         model, tool = self.model_members, self.tool_members
         return {
-            "model": _chain_model_call_handlers([traced(m, "wrap_model_call") for m in model]),
-            "amodel": _chain_async_model_call_handlers(
+            "model": lc.chain_model_call_handlers([traced(m, "wrap_model_call") for m in model]),
+            "amodel": lc.chain_async_model_call_handlers(
                 [traced(m, "awrap_model_call") for m in model]
             ),
-            "tool": _chain_tool_call_wrappers([traced(m, "wrap_tool_call") for m in tool]),
-            "atool": _chain_async_tool_call_wrappers([traced(m, "awrap_tool_call") for m in tool]),
+            "tool": lc.chain_tool_call_wrappers([traced(m, "wrap_tool_call") for m in tool]),
+            "atool": lc.chain_async_tool_call_wrappers(
+                [traced(m, "awrap_tool_call") for m in tool]
+            ),
         }
 
     def _chain(self, key: str) -> Any:
@@ -542,13 +640,21 @@ class _ChainWrapsBase(AgentMiddleware[Any, Any, Any]):
     ) -> tuple[Any, list[Command[Any]], _Simulation, int]:
         """The model node's own writes, simulated, as create_agent will emit them."""
         assert self.folded_after_model is not None
-        if isinstance(composed, _ComposedExtendedModelResponse):
+        lc = _factory()
+        if isinstance(composed, lc.ComposedExtendedModelResponse):
             response, inner = composed.model_response, list(composed.commands)
         else:
-            response, inner = _normalize_to_model_response(composed), []
+            response, inner = lc.normalize_to_model_response(composed), []
         state = request.state
         repaired = request.messages if request.messages != state["messages"] else None
-        node = _build_commands(response, inner, repaired_messages=repaired)
+        # As create_agent's model node: with a response_format, a turn without a
+        # structured answer clears the previous turn's ``structured_response``.
+        node = lc.build_commands(
+            response,
+            inner,
+            has_structured_output=request.response_format is not None,
+            repaired_messages=repaired,
+        )
         spec = self.folded_after_model
         simulation = _Simulation(spec.channels, spec.sensitive, state)
         simulation.step([w for command in node for w in _command_writes(command)])
@@ -559,6 +665,7 @@ class _ChainWrapsBase(AgentMiddleware[Any, Any, Any]):
         response: Any, inner: list[Command[Any]], simulation: _Simulation, mark: int
     ) -> Any:
         """create_agent emits the answer first; ours follow: inner commands, then the hooks'."""
+        lc = _factory()
         own = _Simulation(simulation.protos, simulation.sensitive, {})
         own.values = simulation.values
         own.log = [_command_writes(c) for c in inner] + simulation.log[mark:]
@@ -569,7 +676,7 @@ class _ChainWrapsBase(AgentMiddleware[Any, Any, Any]):
             commands = [Command(update=extra)]
         else:
             commands = extra
-        return _ComposedExtendedModelResponse(model_response=response, commands=commands)
+        return lc.ComposedExtendedModelResponse(model_response=response, commands=commands)
 
     def fold_sync(self, request: Any, handler: Any) -> Any:
         composed = self._chain("model")(request, handler) if self._model else handler(request)
@@ -772,6 +879,20 @@ def _split_groups(run: list[_Member]) -> list[list[_Member]]:
     return [run[: last_declared + 1], run[last_declared + 1 :]]
 
 
+def _group_name(names: Sequence[str]) -> str:
+    """A short, readable node name: ``A``, ``A+B+C``, or ``First..Last`` for longer runs.
+
+    The common ``Middleware`` suffix is dropped from groups, so Studio and
+    ``updates`` streams show e.g. ``ThreadData..LoopDetection.before_agent``.
+    """
+    if len(names) == 1:
+        return names[0]
+    short = [n.removesuffix("Middleware") or n for n in names]
+    if len(short) <= 3:
+        return "+".join(short)
+    return f"{short[0]}..{short[-1]}"
+
+
 def fuse_middlewares(
     chain: Sequence[AgentMiddleware[Any, Any]],
     *,
@@ -787,6 +908,7 @@ def fuse_middlewares(
     chain = list(chain)
     if not chain:
         return []
+    lc = _factory()
     if len({m.name for m in chain}) != len(chain):
         raise AssertionError("Please remove duplicate middleware instances.")
     schemas: tuple[Any, ...] = tuple(m.state_schema for m in chain)
@@ -807,7 +929,7 @@ def fuse_middlewares(
     def member(m: AgentMiddleware[Any, Any], hook: str) -> _Member:
         return _Member(
             middleware=m,
-            jumps=tuple(_get_can_jump_to(m, hook)),
+            jumps=tuple(lc.get_can_jump_to(m, hook)),
             sync=getattr(m, hook) if _overrides(m, hook) else None,
             async_=getattr(m, f"a{hook}") if _overrides(m, f"a{hook}") else None,
             is_loop_entry=hook == "before_model" and m is first_before_model,
@@ -879,7 +1001,7 @@ def fuse_middlewares(
                 target[hook] = spec
         for key, specs in slots:
             ordered = sorted(key, key=position.__getitem__)
-            name = "+".join(chain[position[k]].name for k in ordered)
+            name = _group_name([chain[position[k]].name for k in ordered])
             if name in used_names:
                 suffix = 2
                 while f"{name}~{suffix}" in used_names:

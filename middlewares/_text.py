@@ -1,29 +1,5 @@
-"""The text of message content, whatever its shape (string, blocks, odd values)."""
+"""Kept importable for the middlewares: the implementation is ``runtime.messages``."""
 
-from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
+from runtime.messages import content_text
 
 __all__ = ["content_text"]
-
-
-def content_text(content: Any, separator: str = "") -> str:
-    """String content as is; for block lists, the string and ``text`` blocks joined.
-
-    Anything else (None, numbers, blocks without text) contributes nothing, so
-    a malformed persisted message never raises here.
-    """
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping) and block.get("type") == "text":
-            text = block.get("text")
-            if isinstance(text, str):
-                parts.append(text)
-    return separator.join(parts)

@@ -40,10 +40,13 @@ from langchain_core.runnables import RunnableConfig
 
 from authz.setup import authorizer_for, guardrail_for
 from deerflow_extension_api import AgentBuildContext, AgentScope, HostPolicySnapshot
-from deerflow_extension_api._host import apply_contributions
-from deerflow_extension_api._placement import StackEntry
-from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
-from deerflow_extension_api._store import TaskStoreScope
+from deerflow_extension_api.host import (
+    LoadedExtensions,
+    StackEntry,
+    TaskStoreScope,
+    apply_contributions,
+    load_extensions,
+)
 from memory.queue import get_memory_queue
 from memory.recall import MemoryRecall
 from middlewares._skills import SkillChannel
@@ -88,6 +91,7 @@ __all__ = [
     "FACTORIES",
     "LEAD_SLOTS",
     "LEAD_TAIL_SLOTS",
+    "PENDING_SECTIONS",
     "SUBAGENT_SLOTS",
     "SUBAGENT_TAIL_SLOTS",
     "ChainInputs",
@@ -151,8 +155,10 @@ class ChainInputs:
         return bool(self.effective.get(key))
 
     def setting(self, section: str, key: str, default: Any = None) -> Any:
-        """``settings.<section>.<key>``, or ``default`` while that section does not exist."""
-        return getattr(getattr(self.settings, section, None), key, default)
+        """``settings.<section>.<key>``, typed: a misspelled section or key is a
+        ``ConfigError``, never a silent default. ``default`` applies only to the
+        spec's sections that have no config yet (``PENDING_SECTIONS``)."""
+        return _typed_setting(self.settings, section, key, default)
 
     def policy(self) -> HostPolicySnapshot:
         budget_on = bool(self.setting("token_budget", "enabled", False))
@@ -214,7 +220,41 @@ def subagent_type_of(config: RunnableConfig | None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+PENDING_SECTIONS = frozenset(
+    {
+        "authorization",
+        "guardrails",
+        "summarization",
+        "token_budget",
+        "token_usage",
+        "tool_progress",
+        "tool_search",
+    }
+)
+"""Config sections the spec's chain names but ``Settings`` does not declare yet:
+their slots read the given default until the section lands."""
+
+
+def _known_section(section: str) -> bool:
+    return section in Settings.model_fields or section in PENDING_SECTIONS
+
+
+def _typed_setting(settings: Settings, section: str, key: str, default: Any) -> Any:
+    if not _known_section(section):
+        raise ConfigError(f"chain: no config section {section!r} in Settings")
+    value = getattr(settings, section, None)
+    if value is None:  # a pending section (not configurable yet)
+        return default
+    fields = getattr(type(value), "model_fields", None)
+    if fields is not None and key not in fields:
+        raise ConfigError(f"chain: config section {section!r} has no key {key!r}")
+    return getattr(value, key, default)
+
+
 def _enabled(section: str, default: bool) -> Condition:
+    if not _known_section(section):  # a typo fails at import, not as a silent default
+        raise ConfigError(f"chain: no config section {section!r} in Settings")
+
     def condition(inputs: ChainInputs) -> bool:
         return bool(inputs.setting(section, "enabled", default))
 

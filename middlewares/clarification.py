@@ -360,6 +360,8 @@ class ClarificationMiddleware(AgentMiddleware[Any, Any]):
     def release_policy_parameters(self) -> dict[str, Any]:
         return {"mode": self.mode}
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def _answer(self, call_id: str, args: Any) -> ToolMessage:
         payload = build_clarification_payload(args)
         return ToolMessage(

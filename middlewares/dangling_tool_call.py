@@ -202,6 +202,8 @@ def repair_tool_call_protocol(messages: list[AnyMessage]) -> tuple[list[AnyMessa
 class DanglingToolCallMiddleware(AgentMiddleware[Any, Any]):
     """Answer every tool call and sanitise malformed calls in the model request."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def _repair(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         messages, changed = repair_tool_call_protocol(list(request.messages))
         return request.override(messages=messages) if changed else request

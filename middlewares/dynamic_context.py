@@ -102,6 +102,8 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
         create_agent(model, tools, middleware=[DynamicContextMiddleware()])
     """
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

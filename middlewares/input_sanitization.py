@@ -162,6 +162,8 @@ def sanitize_user_message(message: HumanMessage) -> HumanMessage:
 class InputSanitizationMiddleware(AgentMiddleware[Any, Any]):
     """Neutralise caller-typed framework markers in the model-bound request."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def _sanitize(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         messages: list[AnyMessage] = []
         changed = False

@@ -1,6 +1,10 @@
 """LLMErrorHandlingMiddleware (spec 000, number 9): provider failures end well.
 
-A model call that raises is classified (``classify_llm_error``):
+A model call that raises is classified (``classify_llm_error``). LangChain's
+own signals come first: a ``langchain_core.exceptions.ModelError`` that a
+provider integration raises says what it is (rate limit, timeout, connection,
+5xx, auth) and whether it is retryable; the rules below (status, then text)
+serve errors that carry no such type:
 
 - transient, retried: timeouts, connection errors, 408/409/425, 429 rate limits,
   5xx and 529 (transient by status, whatever the body says);
@@ -14,8 +18,8 @@ its text, or ``type: server_error``; failing those, a "busy" phrase in its text
 transient.
 
 Retries wait for the provider's ``Retry-After`` (seconds or an HTTP date,
-honoured up to ``retry_after_max_seconds``, 24 h at most; a longer hint is not
-retried) or else for a jittered exponential backoff. Every attempt, retries
+honoured up to ``retry_after_max_seconds``, 5 minutes by default so a worker
+is not held for hours; a longer hint is not retried) or else for a jittered exponential backoff. Every attempt, retries
 included, passes the circuit breaker's admission. When retries are exhausted,
 the error is final, or the circuit is open, the run gets a fallback
 ``AIMessage`` (marked ``deerflow_llm_error``) instead of an exception.
@@ -45,10 +49,12 @@ from typing import Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
+from langchain_core import exceptions as lc_errors
 from langchain_core.messages import AIMessage
 from langgraph.errors import GraphBubbleUp
 
 from runtime.config import LLMErrorHandlingConfig, ModelConfig
+from runtime.messages import LLM_ERROR_KEY
 from runtime.retry_after import retry_after_from_error
 
 __all__ = [
@@ -59,12 +65,10 @@ __all__ = [
     "LLMErrorHandlingMiddleware",
     "classify_llm_error",
     "get_circuit_breaker",
-    "reset_circuit_breakers",
 ]
 
 logger = logging.getLogger(__name__)
 
-LLM_ERROR_KEY = "deerflow_llm_error"
 
 ErrorKind = Literal[
     "timeout",
@@ -201,6 +205,8 @@ def classify_llm_error(error: BaseException, *, now: float | None = None) -> LLM
     retry_after = retry_after_from_error(error, now=wall)
     names = _class_names(error)
     status = _http_status(error)
+    if isinstance(error, lc_errors.ModelError):
+        return LLMErrorClass(_kind_for_langchain(error, status, text), status, retry_after, detail)
     if status is None:
         if isinstance(error, TimeoutError | asyncio.TimeoutError) or any(
             "Timeout" in name for name in names
@@ -220,6 +226,24 @@ def classify_llm_error(error: BaseException, *, now: float | None = None) -> LLM
             return LLMErrorClass(kind, None, retry_after, detail)
         return LLMErrorClass("unknown", None, retry_after, detail)
     return LLMErrorClass(_kind_for_status(status, text), status, retry_after, detail)
+
+
+def _kind_for_langchain(error: lc_errors.ModelError, status: int | None, text: str) -> ErrorKind:
+    """The kind of a LangChain ``ModelError``: its type, then its status; its
+    ``is_retryable`` decides between transient and final, never the text."""
+    if isinstance(error, lc_errors.ModelTimeoutError):
+        return "timeout"
+    if isinstance(error, lc_errors.ModelConnectionError):
+        return "connection"
+    if isinstance(error, lc_errors.ModelRateLimitError):
+        return _kind_for_status(429, text)
+    if isinstance(error, lc_errors.ModelAuthenticationError | lc_errors.ModelPermissionDeniedError):
+        return "auth"
+    if status is not None:
+        kind = _kind_for_status(status, text)
+        if (kind in _TRANSIENT_KINDS) == bool(error.is_retryable):
+            return kind
+    return "server_error" if error.is_retryable else "bad_request"
 
 
 def _kind_for_status(status: int, text: str) -> ErrorKind:
@@ -349,12 +373,6 @@ def get_circuit_breaker(
         return breaker
 
 
-def reset_circuit_breakers() -> None:
-    """Forget every breaker (tests)."""
-    with _breakers_lock:
-        _breakers.clear()
-
-
 # --- the middleware -----------------------------------------------------------------
 
 _FALLBACK_TEXT: dict[str, str] = {
@@ -380,6 +398,8 @@ _FALLBACK_TEXT: dict[str, str] = {
 
 class LLMErrorHandlingMiddleware(AgentMiddleware[Any, Any]):
     """Retry transient provider errors, trip a circuit breaker, fall back cleanly."""
+
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
 
     def __init__(
         self,

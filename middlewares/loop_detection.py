@@ -97,6 +97,8 @@ def _tool_results_are_back(messages: list[Any]) -> bool:
 class LoopDetectionMiddleware(AgentMiddleware[Any, Any]):
     """Warn on, then hard-stop, repeated tool calls within one run."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

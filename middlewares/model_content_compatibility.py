@@ -168,6 +168,8 @@ def heal_messages(
 class ModelContentCompatibilityMiddleware(AgentMiddleware[Any, Any]):
     """Replace resource blocks the selected model cannot receive (request view only)."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def _heal(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         healed = heal_messages(
             list(request.messages), accepts_url_files=model_accepts_url_files(request.model)

@@ -74,6 +74,8 @@ def cap_length_response(response: Any) -> Any:
 class ModelLengthFinishReasonMiddleware(AgentMiddleware[Any, Any]):
     """End the tool loop cleanly when the model's output was length-capped."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],

@@ -26,7 +26,6 @@ __all__ = [
     "has_visible_content",
     "last_ai_message",
     "replace_last_ai_message",
-    "visible_text",
 ]
 
 # Tuples, not sets: membership in a tuple uses equality, so an unhashable
@@ -131,18 +130,6 @@ def has_visible_content(message: AIMessage | None) -> bool:
     if isinstance(content, list):
         return any(_block_text(block).strip() for block in content)
     return False
-
-
-def visible_text(message: AIMessage | None) -> str:
-    """The concatenated visible text of a message (same rules as ``has_visible_content``)."""
-    if message is None:
-        return ""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(_block_text(block) for block in content)
-    return ""
 
 
 def append_visible_text(message: AIMessage, text: str) -> AIMessage:

@@ -192,6 +192,8 @@ def redact_text(text: str, *, redactor: PiiRedactor | None = None) -> str:
 class PiiRedactionMiddleware(AgentMiddleware[Any, Any]):
     """Redact PII in user messages (request view) and remote tool results (state)."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(self, redactor: PiiRedactor) -> None:
         super().__init__()
         self.redactor = redactor

@@ -116,6 +116,8 @@ def default_content_probe(settings: Settings) -> ContentProbe:
 class ReadBeforeWriteMiddleware(AgentMiddleware[Any, Any, Any]):
     """Block writes to existing files whose newest content was not read."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

@@ -35,6 +35,8 @@ SAFETY_NOTICE = "[The model provider stopped this response for safety reasons ({
 class SafetyFinishReasonMiddleware(AgentMiddleware[Any, Any]):
     """Suppress tool execution after a provider safety stop."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(self, finish_reasons: Sequence[str]) -> None:
         super().__init__()
         self.finish_reasons = tuple(reason.lower() for reason in finish_reasons)

@@ -51,7 +51,7 @@ from sandbox.session import (
     state_sandbox_id,
     thread_id_of,
 )
-from tools._common import is_sandbox_tool
+from tools import is_sandbox_tool
 
 __all__ = ["SandboxMiddleware"]
 
@@ -106,6 +106,8 @@ def _with_sandbox_id(result: ToolResult, sandbox_id: str) -> ToolResult:
 
 class SandboxMiddleware(AgentMiddleware[ThreadState, Any]):
     """Lazy acquisition on the first sandbox tool call; release after the run."""
+
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
 
     state_schema = ThreadState
 

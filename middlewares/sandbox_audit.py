@@ -845,6 +845,8 @@ class SandboxAuditMiddleware(AgentMiddleware[Any, Any, Any]):
     lead agent and subagents alike.
     """
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(self, *, tool_names: Iterable[str] = (BASH_TOOL_NAME,)) -> None:
         super().__init__()
         self._tool_names = frozenset(tool_names)

@@ -92,6 +92,8 @@ def _without_calls(message: AIMessage, drop_ids: set[str], note: str) -> AIMessa
 class SubagentLimitMiddleware(AgentMiddleware[ThreadState, Any]):
     """Per-response and per-run caps on ``task`` calls (spec 31)."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     state_schema = ThreadState
 
     def __init__(self, limits: SubagentLimits) -> None:

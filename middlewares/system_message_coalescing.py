@@ -71,6 +71,8 @@ def coalesce_system_messages(
 class SystemMessageCoalescingMiddleware(AgentMiddleware[Any, Any]):
     """Merge every system message into one leading system message per request."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def _coalesce(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         merged = coalesce_system_messages(request.system_message, list(request.messages))
         if merged is None:

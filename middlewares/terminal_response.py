@@ -29,6 +29,7 @@ from middlewares.model_response import (
     last_ai_message,
     replace_last_ai_message,
 )
+from runtime.messages import RUN_OUTCOME_KEY
 
 __all__ = [
     "FALLBACK_TEXT",
@@ -40,7 +41,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RUN_OUTCOME_KEY = "deerflow_run_outcome"
 RECOVERY_PROMPT = (
     "<system-reminder>Your previous reply was empty. Using the tool results above, "
     "write your answer to the user now, or call a tool if more work is needed."
@@ -73,6 +73,8 @@ def _after_tool_execution(messages: Sequence[AnyMessage]) -> bool:
 
 class TerminalResponseMiddleware(AgentMiddleware[Any, Any]):
     """Retry an empty post-tool answer once, then fail visibly."""
+
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
 
     @staticmethod
     def _needs_recovery(request: ModelRequest[Any], response: Any) -> bool:

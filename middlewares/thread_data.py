@@ -29,7 +29,7 @@ from auth.identity import resolve_runtime_user_id
 from runtime.config import Settings
 from runtime.paths import ThreadPaths, thread_paths
 from runtime.state import ThreadDataState, ThreadState
-from sandbox import _hostfs
+from sandbox import hostfs as _hostfs
 from sandbox.base import SandboxError
 from sandbox.session import run_id_of, safe_thread_id, thread_id_of
 
@@ -77,6 +77,8 @@ def _stamp(messages: Sequence[AnyMessage] | None, run_id: str | None) -> AnyMess
 
 class ThreadDataMiddleware(AgentMiddleware[ThreadState, Any]):
     """Thread paths into state, run stamp on the latest user message."""
+
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
 
     state_schema = ThreadState
 

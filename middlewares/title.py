@@ -77,6 +77,8 @@ def _is_user_message(message: BaseMessage) -> bool:
 class TitleMiddleware(AgentMiddleware[Any, Any]):
     """Write ``state["title"]`` once, after the first complete exchange."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

@@ -53,6 +53,8 @@ def tool_error_message(request: ToolCallRequest, error: Exception) -> ToolMessag
 class ToolErrorHandlingMiddleware(AgentMiddleware[Any, Any]):
     """Convert tool exceptions into error results; stamp every result's meta."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def _stamp(self, request: ToolCallRequest, result: Any) -> Any:
         return map_tool_messages(
             result,

@@ -254,6 +254,8 @@ def _normalize_path(value: Any) -> str | None:
 class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
     """Keep oversized tool output out of state and model requests (see module docs)."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         config: ToolOutputConfig,

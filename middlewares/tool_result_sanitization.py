@@ -75,6 +75,8 @@ def sanitize_tool_message(message: ToolMessage, *, producer: str) -> ToolMessage
 class ToolResultSanitizationMiddleware(AgentMiddleware[Any, Any]):
     """Neutralise framework/injection markers in remote-content tool results."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def _apply(self, request: ToolCallRequest, result: Any) -> Any:
         if not is_remote_content_tool(request.tool_call.get("name"), request.tool):
             return result

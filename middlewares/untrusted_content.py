@@ -16,7 +16,6 @@ import re
 
 __all__ = [
     "RESERVED_TAG_NAMES",
-    "find_untrusted_tags",
     "neutralize_untrusted_tags",
     "neutralize_untrusted_tags_counted",
 ]
@@ -72,13 +71,6 @@ def _escape(match: re.Match[str]) -> str:
     if text.startswith("["):
         return text.replace("[", "&#91;").replace("]", "&#93;")
     return text.replace("<", "&lt;").replace(">", "&gt;")
-
-
-def find_untrusted_tags(text: str) -> list[str]:
-    """The reserved markers present in ``text`` (as written)."""
-    return [m.group(0) for m in _TAG.finditer(text)] + [
-        m.group(0) for m in _TEMPLATE_TOKEN.finditer(text)
-    ]
 
 
 def neutralize_untrusted_tags_counted(text: str) -> tuple[str, int]:

@@ -119,6 +119,8 @@ def _current_names(references: Any) -> list[str]:
 class UploadsMiddleware(AgentMiddleware[ThreadState, Any]):
     """Surfaces the thread's uploads to the model in front of the latest user message."""
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     state_schema = ThreadState
 
     def __init__(self, settings: Settings, *, max_listed: int = 50) -> None:

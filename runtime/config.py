@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import importlib
 import logging
 import os
 import re
@@ -29,6 +28,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from deerflow_extension_api.loading import ConfigError, import_object
+from runtime.identity import is_reserved_identity, use_studio_policy_source
 
 __all__ = [
     "BUILTIN_SUBAGENT_TYPES",
@@ -80,10 +82,6 @@ logger = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 _ENV_REF = re.compile(r"^\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))$")
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with a message that names the key at fault."""
 
 
 class _Section(BaseModel):
@@ -330,8 +328,6 @@ class ApiKeyEntry(_Section):
     @field_validator("identity")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
-        from auth.identity import is_reserved_identity
-
         if is_reserved_identity(value):
             raise ValueError(f"{value!r} is reserved for the server")
         return value
@@ -903,7 +899,9 @@ class LLMErrorHandlingConfig(_Section):
     max_retries: int = Field(default=3, ge=0, le=20)
     base_delay: float = Field(default=1.0, ge=0)
     max_delay: float = Field(default=30.0, ge=0)
-    retry_after_max_seconds: float = Field(default=86_400.0, ge=0, le=86_400.0)
+    # A longer Retry-After is not waited for (the run gets the fallback answer):
+    # minutes, not hours, so one rate-limited call cannot hold a worker.
+    retry_after_max_seconds: float = Field(default=300.0, ge=0, le=86_400.0)
     circuit_breaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
 
 
@@ -1245,21 +1243,6 @@ def _entry_label(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
     return ""
 
 
-def import_object(path: str, *, what: str) -> Any:
-    """Import ``module.path:Name``; errors name ``what`` (the config entry)."""
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"{what}: {path!r} must look like 'module.path:Name'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{what}: cannot import module {module_name!r} ({exc})") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError as exc:
-        raise ConfigError(f"{what}: module {module_name!r} has no attribute {attr!r}") from exc
-
-
 def load_settings(path: Path | None = None) -> Settings:
     """Read, resolve and validate the config. Blocking: call off the event loop."""
     source = path or config_path()
@@ -1327,3 +1310,7 @@ def reset_settings_cache() -> None:
     global _cache
     with _cache_lock:
         _cache = None
+
+
+# ``principal_of`` (a leaf module) reads the Studio policy from the settings.
+use_studio_policy_source(lambda: get_settings().auth.studio_policy)

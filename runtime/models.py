@@ -41,8 +41,17 @@ def resolve_model_name(settings: Settings, requested: str | None) -> ResolvedMod
     return ResolvedModel(entry=default, requested=requested, warning=warning)
 
 
-def create_chat_model(entry: ModelConfig, *, thinking_enabled: bool = False) -> BaseChatModel:
-    """Construct the entry's model class with its kwargs; errors name the entry."""
+def create_chat_model(
+    entry: ModelConfig, *, thinking_enabled: bool = False, sdk_retries: bool = True
+) -> BaseChatModel:
+    """Construct the entry's model class with its kwargs; errors name the entry.
+
+    ``sdk_retries=False`` (the agents' models while LLMErrorHandling is on) sets
+    ``max_retries=0`` on any model class that has that field (``ChatOpenAI``,
+    ``ChatAnthropic``, ...): the middleware retries, honouring ``Retry-After``
+    and the circuit breaker, and the SDK's own retries would multiply its
+    attempts (3 of ours x 3 of the SDK's).
+    """
     what = f"model {entry.name!r}"
     cls = import_object(entry.use, what=f"{what} use")
     if not (isinstance(cls, type) and issubclass(cls, BaseChatModel)):
@@ -50,6 +59,13 @@ def create_chat_model(entry: ModelConfig, *, thinking_enabled: bool = False) -> 
     kwargs: dict[str, Any] = entry.constructor_kwargs()
     if thinking_enabled and entry.supports_thinking and entry.thinking:
         kwargs.update(entry.thinking)
+    if not sdk_retries and "max_retries" in getattr(cls, "model_fields", {}):
+        configured = kwargs.get("max_retries")
+        if configured not in (None, 0):
+            logger.info(
+                "%s: max_retries=%s ignored, LLMErrorHandling retries instead", what, configured
+            )
+        kwargs["max_retries"] = 0
     try:
         return cls(**kwargs)
     except Exception as exc:

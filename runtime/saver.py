@@ -22,16 +22,18 @@ positive numbers in list order, so a list is one contiguous run; id-less write
 forms (a tool result before ``add_messages`` gives it an id) and
 ``RemoveMessage`` markers take negative numbers, so they never cut a run.
 
-Concurrency: rows that a thread's newest checkpoint references are never
-deleted by prune, so a put may reuse what this process knows that checkpoint
-references (an in-process cache of a few hundred threads) without a lookup or
-a lock; a message another put is inserting at that moment is waited for, not
-inserted twice. A stale cache (another replica wrote the thread) trips the
-unique constraints, and the put is retried with a lookup whose rows are locked
-``FOR KEY SHARE``; garbage collection locks candidates ``FOR UPDATE`` and
-re-checks references in a fresh snapshot before deleting. As with the stock
-saver's blobs, a fork written from an old checkpoint while prune runs on the
-same thread is not protected. Requires PostgreSQL 14+ (``range_agg``).
+Concurrency (several replicas, and ``langgraph_api``'s one saver per OS
+thread): every put that stores message references locks its thread's row in
+``checkpoint_message_threads`` (``FOR NO KEY UPDATE``), which hands out
+sequence numbers (never reused, even after a rollback) and carries an
+*epoch*. Rollback, thread deletion and prune bump the epoch under the same
+lock, so they never interleave with a put. A put may reuse what this process
+remembers about the thread (an in-process cache of a few hundred threads)
+only when the cache's head is the checkpoint's parent and its epoch is the
+row's; otherwise it looks the rows up in the database. A message another put
+of this process is inserting at that moment is waited for, not inserted
+twice; a message another replica inserted first trips the unique constraint
+and the put is retried with a lookup. Requires PostgreSQL 14+ (``range_agg``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import SELECT_SQL as _STOCK_SELECT_SQL
+from langgraph.checkpoint.postgres.base import _keep_latest as _stock_keep_latest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from psycopg import AsyncConnection, AsyncCursor
@@ -116,6 +119,17 @@ MIGRATIONS: list[str] = [
     # adelete_for_runs finds a run's checkpoints without knowing its thread.
     """CREATE INDEX CONCURRENTLY IF NOT EXISTS checkpoints_run_id_idx
     ON checkpoints ((metadata ->> 'run_id'))""",
+    # One row per thread namespace: the seq counters and the epoch that rollback,
+    # delete and prune bump. Kept when a thread is deleted (a replica's cache of
+    # the deleted thread must see the new epoch); ``hi``/``lo`` never go back.
+    """CREATE TABLE IF NOT EXISTS checkpoint_message_threads (
+    thread_id TEXT NOT NULL,
+    checkpoint_ns TEXT NOT NULL DEFAULT '',
+    epoch BIGINT NOT NULL DEFAULT 0,
+    hi BIGINT NOT NULL DEFAULT 0,
+    lo BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (thread_id, checkpoint_ns)
+)""",
 ]
 
 # The seqs a blob/write row of MESSAGE_REFS_TYPE references, as int8 ranges.
@@ -239,9 +253,31 @@ _LOOKUP_CONTENTS_SQL = """
 SELECT digest FROM checkpoint_message_contents
 WHERE thread_id = %s AND checkpoint_ns = %s AND digest = ANY(%s)
 """
-_SEQ_BOUNDS_SQL = """
-SELECT coalesce(max(seq), 0) AS hi, coalesce(min(seq), 0) AS lo FROM checkpoint_messages
+_CLAIM_THREAD_SQL = """
+SELECT epoch, hi, lo FROM checkpoint_message_threads
 WHERE thread_id = %s AND checkpoint_ns = %s
+FOR NO KEY UPDATE
+"""
+# A thread written before this table existed starts after its highest seq.
+_CREATE_THREAD_SQL = """
+INSERT INTO checkpoint_message_threads (thread_id, checkpoint_ns, epoch, hi, lo)
+SELECT %(thread_id)s, %(ns)s, 0, coalesce(max(seq), 0), coalesce(min(seq), 0)
+FROM checkpoint_messages WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(ns)s
+ON CONFLICT (thread_id, checkpoint_ns) DO NOTHING
+"""
+_ADVANCE_THREAD_SQL = """
+UPDATE checkpoint_message_threads SET hi = greatest(hi, %s), lo = least(lo, %s)
+WHERE thread_id = %s AND checkpoint_ns = %s
+"""
+# Destructive operations: lock in a fixed order (no deadlock between two of
+# them), then bump, so every cache of these threads is stale from now on.
+_LOCK_EPOCHS_SQL = """
+SELECT thread_id, checkpoint_ns FROM checkpoint_message_threads
+WHERE thread_id = ANY(%s) ORDER BY thread_id, checkpoint_ns
+FOR NO KEY UPDATE
+"""
+_BUMP_EPOCHS_SQL = """
+UPDATE checkpoint_message_threads SET epoch = epoch + 1 WHERE thread_id = ANY(%s)
 """
 _INSERT_CONTENT_SQL = """
 INSERT INTO checkpoint_message_contents (thread_id, checkpoint_ns, digest, type, blob)
@@ -331,16 +367,16 @@ def decode_refs(blob: bytes) -> list[int]:
 class _ThreadCache:
     """What this process knows is stored for a thread namespace, by message key.
 
-    Only rows that the thread's newest checkpoint references (its message
-    lists, and the writes of it and of checkpoints still being saved) are
-    kept here: prune keeps those, so a put may reuse them without a lookup.
+    Only rows that the thread's newest checkpoint (``head``) references (its
+    message lists, and the writes of it and of checkpoints still being saved)
+    are kept here. They stay valid while the thread's epoch is ``epoch``:
+    only rollback, delete and prune remove rows, and they bump it.
     """
 
     head: str | None
+    epoch: int
     lists: dict[str, dict[bytes, tuple[int, bytes]]] = field(default_factory=dict)
     writes: dict[str, dict[bytes, tuple[int, bytes]]] = field(default_factory=dict)
-    next_pos: int = 1
-    next_neg: int = -1
 
     def known(self) -> dict[bytes, tuple[int, bytes]]:
         merged: dict[bytes, tuple[int, bytes]] = {}
@@ -358,6 +394,11 @@ class _Plan:
     seqs: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)
     next_pos: int = 1
     next_neg: int = -1
+    epoch: int | None = None  # the thread's epoch, under its lock (None: no interning)
+
+
+class _StaleCache(Exception):
+    """The thread's epoch moved since this process cached it: redo with a lookup."""
 
 
 def _assign(
@@ -410,6 +451,9 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         # "lookups": puts that had to ask the database which messages exist;
         # "retries": puts redone after a stale cache clashed with the database.
         self.stats: Counter[str] = Counter()
+        # Next free positive / negative seq this process hands out, per thread
+        # namespace (reserved in call order; never below the database's counters).
+        self._counters: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
         # Message keys being inserted by a put in flight, per thread namespace.
         self._inflight: dict[tuple[str, str], dict[bytes, asyncio.Future[None]]] = {}
 
@@ -503,20 +547,27 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
     # ------------------------------------------------------------------ writes
 
     async def _plan_cached(
-        self, thread_id: str, ns: str, unique: Mapping[bytes, _Interned]
-    ) -> tuple[_Plan, asyncio.Future[None]] | None:
-        """Seqs from what this process knows (None: nothing known, look it up).
+        self,
+        thread_id: str,
+        ns: str,
+        unique: Mapping[bytes, _Interned],
+        usable: Callable[[_ThreadCache], bool],
+    ) -> tuple[_ThreadCache, _Plan, asyncio.Future[None]] | None:
+        """Seqs from what this process knows (None: nothing usable, look it up).
 
-        A message another put of this process is inserting right now is waited
-        for, not inserted twice. Seqs for new rows are reserved before any
-        await, so concurrent puts never pick the same numbers; a clash with
-        another process trips the database's unique constraints and the put is
-        retried with a lookup.
+        ``usable`` says whether the cache fits this put (its head is the
+        checkpoint's parent); its epoch is checked under the thread's lock.
+        A message another put of this process is inserting right now is
+        waited for, not inserted twice. Seqs for new rows are reserved before
+        any await, so concurrent puts never pick the same numbers and a list
+        stays one run; a clash with another process trips the unique
+        constraints and the put is retried with a lookup.
         """
         key = (thread_id, ns)
         while True:
             cache = self._heads.get(key)
-            if cache is None:
+            counters = self._counters.get(key)
+            if cache is None or counters is None or not usable(cache):
                 return None
             known = cache.known()
             inflight = self._inflight.setdefault(key, {})
@@ -524,18 +575,29 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             if not busy:
                 break
             await asyncio.wait(busy)
-        plan = _assign(unique, known, cache.next_pos, cache.next_neg)
-        cache.next_pos, cache.next_neg = plan.next_pos, plan.next_neg
+        plan = _assign(unique, known, counters[0], counters[1])
+        counters[:] = [plan.next_pos, plan.next_neg]
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for _, new_key, _, _ in plan.messages:
             inflight[new_key] = done
         self._heads.move_to_end(key)
-        return plan, done
+        return cache, plan, done
 
-    async def _plan_lookup(
+    async def _claim(self, cur: AsyncCursor[DictRow], thread_id: str, ns: str) -> DictRow:
+        """Lock the thread's counter row (created on first use) until the put commits."""
+        await cur.execute(_CLAIM_THREAD_SQL, (thread_id, ns))
+        row = await cur.fetchone()
+        if row is None:
+            await cur.execute(_CREATE_THREAD_SQL, {"thread_id": thread_id, "ns": ns})
+            await cur.execute(_CLAIM_THREAD_SQL, (thread_id, ns))
+            row = await cur.fetchone()
+            assert row is not None
+        return row
+
+    async def _lookup(
         self, cur: AsyncCursor[DictRow], thread_id: str, ns: str, unique: Mapping[bytes, _Interned]
-    ) -> _Plan:
-        """Seqs from the database; rows found are locked until the put commits."""
+    ) -> tuple[dict[bytes, tuple[int, bytes]], set[bytes]]:
+        """Which of ``unique`` (and of their contents) the database already holds."""
         self.stats["lookups"] += 1
         known: dict[bytes, tuple[int, bytes]] = {}
         await cur.execute(_LOOKUP_MESSAGES_SQL, (thread_id, ns, list(unique)), prepare=False)
@@ -546,16 +608,7 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         if missing:
             await cur.execute(_LOOKUP_CONTENTS_SQL, (thread_id, ns, missing), prepare=False)
             contents |= {bytes(r["digest"]) for r in await cur.fetchall()}
-        await cur.execute(_SEQ_BOUNDS_SQL, (thread_id, ns))
-        bounds = await cur.fetchone()
-        assert bounds is not None
-        return _assign(
-            unique,
-            known,
-            max(int(bounds["hi"]), 0) + 1,
-            min(int(bounds["lo"]), 0) - 1,
-            contents,
-        )
+        return known, contents
 
     async def _write(
         self,
@@ -563,6 +616,7 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         ns: str,
         items: Sequence[_Interned],
         statements: Callable[[AsyncCursor[DictRow], _Plan], Awaitable[None]],
+        usable: Callable[[_ThreadCache], bool],
     ) -> _Plan:
         """Insert the interned rows ``items`` need, then ``statements``, in one transaction."""
         unique: dict[bytes, _Interned] = {}
@@ -571,17 +625,17 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         for attempt in range(_PUT_ATTEMPTS):
             reserved = None
             if unique and attempt == 0:
-                reserved = await self._plan_cached(thread_id, ns, unique)
+                reserved = await self._plan_cached(thread_id, ns, unique, usable)
                 lookup = self._thread_lock(thread_id, ns)
                 if reserved is None and lookup.locked():
                     # Another put is looking this thread up; its result will do.
                     async with lookup:
                         pass
-                    reserved = await self._plan_cached(thread_id, ns, unique)
-            plan, done = reserved if reserved is not None else (None, None)
+                    reserved = await self._plan_cached(thread_id, ns, unique, usable)
+            cache, plan, done = reserved if reserved is not None else (None, _Plan(), None)
             lock: Any = (
                 self._thread_lock(thread_id, ns)
-                if unique and plan is None
+                if unique and cache is None
                 else contextlib.nullcontext()
             )
             try:
@@ -592,16 +646,41 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
                     conn.transaction(),
                     conn.cursor(binary=True, row_factory=dict_row) as cur,
                 ):
-                    if plan is None:
-                        plan = (
-                            await self._plan_lookup(cur, thread_id, ns, unique)
-                            if unique
-                            else _Plan()
-                        )
-                    await self._execute_plan(cur, thread_id, ns, plan)
+                    if unique:
+                        row = await self._claim(cur, thread_id, ns)
+                        epoch = int(row["epoch"])
+                        if cache is not None and cache.epoch != epoch:
+                            raise _StaleCache
+                        if cache is None:
+                            known, contents = await self._lookup(cur, thread_id, ns, unique)
+                            counters = self._counters.get((thread_id, ns), [1, -1])
+                            plan = _assign(
+                                unique,
+                                known,
+                                max(int(row["hi"]) + 1, counters[0]),
+                                min(int(row["lo"]) - 1, counters[1]),
+                                contents,
+                            )
+                            self._counters[(thread_id, ns)] = [plan.next_pos, plan.next_neg]
+                            self._counters.move_to_end((thread_id, ns))
+                            while len(self._counters) > _CACHE_THREADS:
+                                self._counters.popitem(last=False)
+                        plan.epoch = epoch
+                        await self._execute_plan(cur, thread_id, ns, plan)
+                        seqs = [m[0] for m in plan.messages]
+                        if seqs:
+                            await cur.execute(
+                                _ADVANCE_THREAD_SQL, (max(seqs), min(seqs), thread_id, ns)
+                            )
                     await statements(cur, plan)
-            except (psycopg.errors.UniqueViolation, psycopg.errors.ForeignKeyViolation):
+            except (
+                psycopg.errors.UniqueViolation,
+                psycopg.errors.ForeignKeyViolation,
+                _StaleCache,
+            ) as exc:
                 self.stats["retries"] += 1
+                if isinstance(exc, _StaleCache):
+                    self.stats["stale"] += 1
                 self._heads.pop((thread_id, ns), None)
                 if attempt == _PUT_ATTEMPTS - 1:
                     raise
@@ -693,7 +772,17 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             await cur.execute(self.UPSERT_CHECKPOINTS_SQL, checkpoint_row)
 
         items = [item for channel_items in interned.values() for item in channel_items]
-        plan = await self._write(thread_id, ns, items, statements)
+        plan = await self._write(
+            thread_id,
+            ns,
+            items,
+            statements,
+            # The cache describes the parent (or, before the thread's first message
+            # checkpoint, only the parent's writes).
+            lambda cache: (
+                cache.head == parent_id if cache.head is not None else parent_id in cache.writes
+            ),
+        )
         self._advance_cache(thread_id, ns, parent_id, checkpoint["id"], interned, plan)
         return {
             "configurable": {
@@ -716,19 +805,19 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
 
         It shares the parent's unchanged lists; writes saved for it (or for a
         later checkpoint) before it was put stay, older writes are forgotten.
+        What was cached under another epoch is dropped.
         """
         current = self._heads.get((thread_id, ns))
-        if current is None and not interned:
+        if current is not None and plan.epoch is not None and current.epoch != plan.epoch:
+            current = None
+        if current is None and plan.epoch is None:
             return
-        entry = _ThreadCache(head=new_id)
+        epoch = plan.epoch if plan.epoch is not None else cast(_ThreadCache, current).epoch
+        entry = _ThreadCache(head=new_id, epoch=epoch)
         if current is not None:
             if current.head == parent_id:
                 entry.lists = dict(current.lists)
             entry.writes = {cid: w for cid, w in current.writes.items() if cid >= new_id}
-            entry.next_pos, entry.next_neg = current.next_pos, current.next_neg
-        if interned:
-            entry.next_pos = max(entry.next_pos, plan.next_pos)
-            entry.next_neg = min(entry.next_neg, plan.next_neg)
         for channel, items in interned.items():
             entry.lists[channel] = {i.key: plan.seqs[i.key] for i in items}
         self._cache_put(thread_id, ns, entry)
@@ -788,13 +877,18 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
                 )
             await cur.executemany(query, rows)
 
-        plan = await self._write(thread_id, ns, items, statements)
+        plan = await self._write(
+            thread_id,
+            ns,
+            items,
+            statements,
+            # Writes go to the head or to a checkpoint still being saved after it.
+            lambda cache: cache.head is None or checkpoint_id >= cache.head,
+        )
         entry = self._heads.get((thread_id, ns))
-        if entry is None:
-            entry = _ThreadCache(head=None, next_pos=plan.next_pos, next_neg=plan.next_neg)
+        if entry is None or entry.epoch != plan.epoch:
+            entry = _ThreadCache(head=None, epoch=cast(int, plan.epoch))
         entry.writes.setdefault(checkpoint_id, {}).update({i.key: plan.seqs[i.key] for i in items})
-        entry.next_pos = max(entry.next_pos, plan.next_pos)
-        entry.next_neg = min(entry.next_neg, plan.next_neg)
         self._cache_put(thread_id, ns, entry)
 
     # ------------------------------------------------------------------- reads
@@ -899,6 +993,7 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         """Delete every row of a thread, in one transaction."""
         thread_id = str(thread_id)
         async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            await _bump_epochs(cur, [thread_id])
             await _delete_threads(cur, [thread_id])
         self._forget_threads([thread_id])
         logger.info("checkpointer adelete_thread: deleted thread %s", thread_id)
@@ -914,6 +1009,17 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         if not ids:
             return
         async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            await cur.execute(
+                "SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ->> 'run_id' = ANY(%s)",
+                (ids,),
+                prepare=False,
+            )
+            threads = [r["thread_id"] for r in await cur.fetchall()]
+            if not threads:
+                return
+            # From here on no put of these threads interleaves, and every cache
+            # of them (in any process) is stale.
+            await _bump_epochs(cur, threads)
             await cur.execute(
                 """
                 DELETE FROM checkpoints WHERE metadata ->> 'run_id' = ANY(%s)
@@ -968,6 +1074,7 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             for statement in _COPY_SQL:
                 await cur.execute(statement, params, prepare=False)
                 copied = copied or cur.rowcount
+        self._forget_threads([target])
         logger.info(
             "checkpointer acopy_thread: copied %d checkpoint(s) from %s to %s",
             copied,
@@ -984,6 +1091,7 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
         if strategy in _PRUNE_DELETE_STRATEGIES:
             if ids:
                 async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+                    await _bump_epochs(cur, ids)
                     await _delete_threads(cur, ids)
                 self._forget_threads(ids)
                 logger.info("checkpointer aprune(%s): deleted %d thread(s)", strategy, len(ids))
@@ -992,18 +1100,48 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
             raise ValueError(f"Unknown prune strategy: {strategy!r}")
         if not ids:
             return
-        await super().aprune(ids, strategy="keep_latest")
-        async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            await cur.execute(
-                "SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoint_messages "
-                "WHERE thread_id = ANY(%s)",
-                (ids,),
-                prepare=False,
-            )
-            for row in await cur.fetchall():
-                await _collect_messages(cur, row["thread_id"], row["checkpoint_ns"])
+        for thread_id in ids:
+            await self._keep_latest(thread_id)
         self._forget_threads(ids)
         logger.info("checkpointer aprune(keep_latest): pruned %d thread(s)", len(ids))
+
+    async def _keep_latest(self, thread_id: str) -> None:
+        """The stock ``keep_latest`` statements and the message collection, in one
+        transaction that holds the thread's lock: a put (a fork from an old
+        checkpoint included) comes wholly before or wholly after it."""
+        for attempt in range(_PUT_ATTEMPTS):
+            try:
+                async with (
+                    self._connection() as conn,
+                    conn.transaction(),
+                    conn.cursor(row_factory=dict_row) as cur,
+                ):
+                    statements = _stock_keep_latest(thread_id)
+                    sql, params, fetch = next(statements)  # the isolation level, first
+                    await cur.execute(sql, params, prepare=False)
+                    await _bump_epochs(cur, [thread_id])
+                    try:
+                        sql, params, fetch = statements.send([])
+                        while True:
+                            await cur.execute(sql, params, prepare=False)
+                            result = await cur.fetchall() if fetch else []
+                            sql, params, fetch = statements.send(result)
+                    except StopIteration:
+                        pass
+                    await cur.execute(
+                        "SELECT DISTINCT checkpoint_ns FROM checkpoint_messages "
+                        "WHERE thread_id = %s",
+                        (thread_id,),
+                        prepare=False,
+                    )
+                    for row in await cur.fetchall():
+                        await _collect_messages(cur, thread_id, row["checkpoint_ns"])
+            except psycopg.errors.SerializationFailure:
+                # A put committed between the snapshot and the lock: prune again.
+                if attempt == _PUT_ATTEMPTS - 1:
+                    raise
+                continue
+            return
 
     def _bridge(self, coroutine: Any) -> Any:
         """Run an async method from another thread, like the stock sync methods."""
@@ -1057,7 +1195,20 @@ _COPY_SQL = (
     """INSERT INTO checkpoint_messages (thread_id, checkpoint_ns, seq, key, content, message_id)
        SELECT %(target)s, checkpoint_ns, seq, key, content, message_id
        FROM checkpoint_messages WHERE thread_id = %(source)s""",
+    # The target's counters start where the source's are; a row left by a deleted
+    # thread of that id keeps counting and moves its epoch on.
+    """INSERT INTO checkpoint_message_threads AS t (thread_id, checkpoint_ns, epoch, hi, lo)
+       SELECT %(target)s, checkpoint_ns, 0, hi, lo
+       FROM checkpoint_message_threads WHERE thread_id = %(source)s
+       ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE
+       SET epoch = t.epoch + 1, hi = greatest(t.hi, excluded.hi), lo = least(t.lo, excluded.lo)""",
 )
+
+
+async def _bump_epochs(cur: AsyncCursor[Any], thread_ids: list[str]) -> None:
+    """Lock the threads' counter rows (in a fixed order) and move their epoch on."""
+    await cur.execute(_LOCK_EPOCHS_SQL, (thread_ids,), prepare=False)
+    await cur.execute(_BUMP_EPOCHS_SQL, (thread_ids,), prepare=False)
 
 
 async def _delete_threads(cur: AsyncCursor[Any], thread_ids: list[str]) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain.agents import AgentState
 
-from subagents.ledger import merge_delegations
+from runtime.delegations import merge_delegations
 
 __all__ = [
     "SandboxState",

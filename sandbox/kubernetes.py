@@ -39,8 +39,8 @@ from typing import Any, TypeVar
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from auth.identity import make_safe_user_id
 from runtime.config import KubernetesSandboxConfig, SandboxConfig, Settings
+from runtime.identity import make_safe_user_id
 from runtime.paths import VIRTUAL_UPLOADS, VIRTUAL_WORKSPACE, thread_paths
 from sandbox import _pod_agent
 from sandbox._k8s_exec import ExecFailure, ExecOutcome, run_exec

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from auth.identity import make_safe_user_id
+from runtime.identity import make_safe_user_id
 from runtime.paths import (
     VIRTUAL_OUTPUTS,
     VIRTUAL_SKILLS,

@@ -17,8 +17,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from auth.identity import make_safe_user_id, resolve_runtime_user_id
 from runtime.config import Settings
+from runtime.identity import make_safe_user_id, resolve_runtime_user_id
 from sandbox.base import Sandbox, SandboxError, SandboxProvider
 from sandbox.provider import get_sandbox_provider
 

@@ -32,8 +32,8 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.errors import GraphRecursionError
 from langgraph_sdk.client import LangGraphClient
 
-from auth.identity import principal_of
 from runtime.config import ConfigError, Settings
+from runtime.identity import principal_of
 from subagents.contract import StopReason
 from subagents.credentials import delegation_header, mint_delegation_token
 from subagents.messages import (
@@ -56,6 +56,7 @@ __all__ = [
     "ParentContext",
     "RemoteRunner",
     "RemoteUnavailableError",
+    "SubagentBuilder",
     "SubagentRunner",
     "TaskSpec",
     "TaskTrack",
@@ -295,19 +296,31 @@ def child_config(spec: TaskSpec, parent: ParentContext) -> RunnableConfig:
     }
 
 
+SubagentBuilder = Callable[[Settings, RunnableConfig], Any]
+"""Builds the subagent graph for one task (``graphs.subagent.build_subagent``)."""
+
+
 class InProcessRunner(SubagentRunner):
-    """A fresh subagent graph in this process (the default)."""
+    """A fresh subagent graph in this process (the default).
+
+    The graph builder is passed in by the composition root (``graphs``): this
+    layer runs subagents but does not know how their graphs are assembled.
+    """
 
     execution = "inprocess"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, build_subagent: SubagentBuilder | None = None) -> None:
         self._settings = settings
+        self._build = build_subagent
 
     async def run(self, spec: TaskSpec, parent: ParentContext, track: TaskTrack) -> None:
-        from graphs.subagent import build_subagent  # the graphs import this module's users
-
+        if self._build is None:
+            raise RuntimeError(
+                "in-process subagents need a graph builder: the agent was built without one "
+                "(graphs.lead_agent passes graphs.subagent.build_subagent)"
+            )
         config = child_config(spec, parent)
-        graph = await asyncio.to_thread(build_subagent, self._settings, config)
+        graph = await asyncio.to_thread(self._build, self._settings, config)
         inputs: dict[str, Any] = {"messages": [HumanMessage(content=spec.prompt)]}
         if parent.sandbox is not None:
             inputs["sandbox"] = parent.sandbox
@@ -493,10 +506,13 @@ async def _cancel_quietly(client: LangGraphClient, thread_id: str, run_id: str) 
         logger.warning("could not cancel subagent run %s on thread %s: %r", run_id, thread_id, exc)
 
 
-def make_runner(settings: Settings) -> SubagentRunner:
+def make_runner(
+    settings: Settings, build_subagent: SubagentBuilder | None = None
+) -> SubagentRunner:
+    """The runner ``subagents.execution`` names; in-process runs use ``build_subagent``."""
     if settings.subagents.execution == "remote":
         return RemoteRunner(settings)
-    return InProcessRunner(settings)
+    return InProcessRunner(settings, build_subagent)
 
 
 def _bounded(text: str) -> str:

@@ -8,10 +8,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from middlewares._text import content_text
-from middlewares.llm_error_handling import LLM_ERROR_KEY
-from middlewares.terminal_response import RUN_OUTCOME_KEY
-from middlewares.tool_receipt import read_ledger_snapshot, verify_citations
+from runtime.messages import LLM_ERROR_KEY, RUN_OUTCOME_KEY, content_text
+from runtime.receipts import read_ledger_snapshot, verify_citations
 from subagents.contract import STOP_REASONS, StopReason, TokenUsage
 
 __all__ = [

@@ -7,22 +7,22 @@ tools the deployment configures (and nothing the lead does not have).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from langchain_core.tools import BaseTool
 
-from graphs.prompts import SUBAGENT_SYSTEM_PROMPT
 from runtime.config import ConfigError, Settings, ToolConfig
 from subagents.contract import TASK_TOOL_NAME
-from tools.registry import load_tools, tool_configs
 
 __all__ = [
     "BASH_TOOL_GROUPS",
     "BASH_TOOL_NAMES",
     "DEFAULT_SUBAGENT_TYPE",
     "NEVER_DELEGATED_TOOLS",
+    "SUBAGENT_SYSTEM_PROMPT",
     "SubagentType",
+    "ToolCatalog",
     "available_subagent_types",
     "resolve_subagent_model",
     "resolve_type_tools",
@@ -30,6 +30,24 @@ __all__ = [
 ]
 
 DEFAULT_SUBAGENT_TYPE = "general-purpose"
+
+SUBAGENT_SYSTEM_PROMPT = """\
+You are a focused subagent. Complete the delegated task with your tools, then
+reply with a concise result the lead agent can use. Do not ask the user questions.
+"""
+
+
+@dataclass(frozen=True)
+class ToolCatalog:
+    """The configured tools, as the tool registry (``tools.registry``) resolves them.
+
+    Passed in by the callers (the task tool, the subagent graph builder): this
+    layer selects tools for a type but does not import the tools layer.
+    """
+
+    load_tools: Callable[..., list[BaseTool]]
+    tool_configs: Callable[[Settings], Iterable[ToolConfig]]
+
 
 # A subagent never delegates further and never talks to the user.
 NEVER_DELEGATED_TOOLS: frozenset[str] = frozenset({TASK_TOOL_NAME, "ask_clarification"})
@@ -116,8 +134,11 @@ def _selected(entry: ToolConfig, selectors: Sequence[str]) -> bool:
     return entry.name in selectors or f"group:{entry.group}" in selectors
 
 
-def resolve_type_tools(settings: Settings, subagent_type: SubagentType) -> list[BaseTool]:
+def resolve_type_tools(
+    settings: Settings, subagent_type: SubagentType, catalog: ToolCatalog
+) -> list[BaseTool]:
     """The tools of ``subagent_type``; an unknown name in a custom type is a ConfigError."""
+    load_tools, tool_configs = catalog.load_tools, catalog.tool_configs
     if subagent_type.tools is None:
         return load_tools(settings, include=lambda entry: entry.name not in _GENERAL_EXCLUDED)
     selectors = subagent_type.tools
@@ -138,11 +159,15 @@ def resolve_type_tools(settings: Settings, subagent_type: SubagentType) -> list[
     )
 
 
-def available_subagent_types(settings: Settings) -> list[SubagentType]:
+def available_subagent_types(settings: Settings, catalog: ToolCatalog) -> list[SubagentType]:
     """The types the task tool offers: a built-in ``bash`` with no tools is left out."""
     result = []
     for entry in subagent_types(settings).values():
-        if entry.name == "bash" and entry.builtin and not resolve_type_tools(settings, entry):
+        if (
+            entry.name == "bash"
+            and entry.builtin
+            and not resolve_type_tools(settings, entry, catalog)
+        ):
             continue
         result.append(entry)
     return result

@@ -17,7 +17,7 @@ from langchain_core.tools import tool
 from langgraph.types import Command
 
 from runtime.paths import VIRTUAL_OUTPUTS, is_internal_output_path, thread_paths
-from sandbox import _hostfs
+from sandbox import hostfs as _hostfs
 from sandbox.base import SandboxError
 from sandbox.paths import parse_virtual_path
 from sandbox.session import SandboxBinding

@@ -33,6 +33,7 @@ from runtime.skills import run_skill_allowlist
 from subagents.contract import TASK_TOOL_NAME
 from subagents.executor import (
     ParentContext,
+    SubagentBuilder,
     SubagentRunner,
     TaskSpec,
     TaskTrack,
@@ -42,9 +43,18 @@ from subagents.executor import (
 from subagents.ledger import current_run_id
 from subagents.limits import SubagentLimits
 from subagents.results import TaskOutcome
-from subagents.types import SubagentType, available_subagent_types, resolve_subagent_model
+from subagents.types import (
+    SubagentType,
+    ToolCatalog,
+    available_subagent_types,
+    resolve_subagent_model,
+)
+from tools.registry import load_tools, tool_configs
 
-__all__ = ["make_task_tool", "task_tool_description"]
+__all__ = ["TOOL_CATALOG", "make_task_tool", "task_tool_description"]
+
+TOOL_CATALOG = ToolCatalog(load_tools=load_tools, tool_configs=tool_configs)
+"""The configured tools, for choosing each subagent type's tools (``subagents.types``)."""
 
 
 def _sorted_or_none(names: frozenset[str] | None) -> tuple[str, ...] | None:
@@ -112,11 +122,16 @@ def make_task_tool(
     limits: SubagentLimits,
     parent_model: str | None,
     runner: SubagentRunner | None = None,
+    build_subagent: SubagentBuilder | None = None,
 ) -> BaseTool:
-    """The ``task`` tool for one lead-agent build."""
-    offered = available_subagent_types(settings)
+    """The ``task`` tool for one lead-agent build.
+
+    ``build_subagent`` (from the composition root) builds each in-process
+    subagent's graph; ``runner`` replaces the configured runner outright.
+    """
+    offered = available_subagent_types(settings, TOOL_CATALOG)
     by_name = {t.name: t for t in offered}
-    executor = runner or make_runner(settings)
+    executor = runner or make_runner(settings, build_subagent)
     slots = _RunSlots(limits.max_concurrent)
     defaults = settings.subagents
 

@@ -50,7 +50,7 @@ from auth.access import resolve_request_caller
 from auth.identity import make_safe_user_id
 from runtime.config import ConfigError, Settings, aget_settings
 from runtime.paths import VIRTUAL_OUTPUTS, is_internal_output_path, thread_paths
-from sandbox import _hostfs
+from sandbox import hostfs as _hostfs
 from sandbox.base import SandboxError
 from sandbox.paths import parse_virtual_path
 from sandbox.uploads import TEMP_PREFIX, list_uploads, sanitize_filename, uploads_root

@@ -16,6 +16,7 @@ from typing import Annotated, Any, NotRequired, cast
 import pytest
 from langchain.agents import AgentState, create_agent
 from langchain.agents.middleware import AgentMiddleware, ExtendedModelResponse
+from langchain.agents.structured_output import ToolStrategy
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
@@ -26,10 +27,13 @@ from langgraph.types import Command, interrupt
 from langsmith import Client
 from langsmith.run_helpers import tracing_context
 from langsmith.utils import get_env_var
+from pydantic import BaseModel
 
 from middlewares._fusion import (
     CHAIN_NAME,
     FusionContractError,
+    FusionUnavailableError,
+    _reset_factory,
     compose_chain,
     fuse_middlewares,
     is_fusable,
@@ -108,6 +112,7 @@ async def _run(
     schema: type[Any],
     sync: bool,
     recursion_limit: int | None,
+    response_format: Any = None,
 ) -> list[dict[str, Any]]:
     graph = create_agent(
         _model(script),
@@ -115,6 +120,7 @@ async def _run(
         middleware=chain,
         state_schema=schema,
         checkpointer=InMemorySaver(),
+        response_format=response_format,
     )
     config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     if recursion_limit is not None:
@@ -147,6 +153,7 @@ async def compare(
     sync: bool = False,
     recursion_limit: int | None = None,
     expect_error: bool = False,
+    response_format: Any = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Run naive and fused (with and without folding); assert equal outcomes and logs."""
     steps = steps or [{"messages": [HumanMessage("go")]}]
@@ -160,6 +167,7 @@ async def compare(
         schema=schema,
         sync=sync,
         recursion_limit=recursion_limit,
+        response_format=response_format,
     )
     for fold in (False, True):
         fused_log: list[str] = []
@@ -172,6 +180,7 @@ async def compare(
             schema=schema,
             sync=sync,
             recursion_limit=recursion_limit,
+            response_format=response_format,
         )
         assert fused == naive, f"fold_after_model={fold}"
         assert fused_log == naive_log, f"fold_after_model={fold}"
@@ -557,11 +566,203 @@ async def test_tools_schema_and_node_count() -> None:
     assert len([n for n in naive.nodes if "." in n]) == 16
 
 
-def test_fusability_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fusability_rules() -> None:
     log: list[str] = []
     assert is_fusable(probe("X", log, fusable=True))
     assert not is_fusable(probe("Y", log, fusable=False))
-    assert not is_fusable(probe("Z", log, fusable=None))  # defined outside middlewares/
+    assert not is_fusable(probe("Z", log, fusable=None))
+    # Living under ``middlewares.`` no longer makes a class fusable: only the attribute.
+    undeclared = type("Undeclared", (AgentMiddleware,), {"__module__": "middlewares.undeclared"})
+    assert not is_fusable(undeclared())
+    truthy = type("Truthy", (AgentMiddleware,), {"deerflow_fusable": 1})
+    assert not is_fusable(truthy())
+
+
+def test_every_built_in_middleware_opts_in_explicitly() -> None:
+    import importlib
+    import pkgutil
+
+    import middlewares
+
+    found = []
+    for info in pkgutil.iter_modules(middlewares.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"middlewares.{info.name}")
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, AgentMiddleware)
+                and value.__module__ == module.__name__
+            ):
+                found.append(value)
+                assert isinstance(value.__dict__.get("deerflow_fusable"), bool), value
+    assert len(found) >= 20
+
+
+# --- structured output ------------------------------------------------------
+
+
+class Verdict(BaseModel):
+    """The structured answer."""
+
+    verdict: str
+
+
+TWO_TURNS = [{"messages": [HumanMessage("first")]}, {"messages": [HumanMessage("second")]}]
+
+
+async def test_structured_output_is_reset_on_a_later_turn_as_in_the_naive_graph() -> None:
+    """With ``response_format``, a turn without a structured answer clears the previous
+    turn's ``structured_response`` (create_agent's model node); the folded model node
+    once kept the stale value."""
+
+    def build(log: list[str]) -> list[AgentMiddleware[Any, Any]]:
+        def saw(state: dict[str, Any], _: int) -> None:
+            log.append(f"after_model saw {state.get('structured_response')!r}")
+
+        return [probe("A", log), probe("B", log, on={"after_model": saw})]
+
+    script = [
+        ai_tools(tool_call("Verdict", verdict="yes")),
+        ai_text("no structured answer this time"),
+    ]
+    naive, log = await compare(
+        build, script, steps=TWO_TURNS, response_format=ToolStrategy(Verdict)
+    )
+    assert naive[0]["state"]["structured_response"] == Verdict(verdict="yes")
+    assert naive[1]["state"].get("structured_response") is None
+    # What the after_model hooks see on the second turn: already reset.
+    assert [e for e in log if e.startswith("after_model saw")][-1] == "after_model saw None"
+
+
+async def test_structured_output_after_tools_with_a_non_fusable_member() -> None:
+    def build(log: list[str]) -> list[AgentMiddleware[Any, Any]]:
+        return [probe("A", log), probe("B", log, fusable=False), probe("C", log)]
+
+    script = [
+        ai_tools(tool_call("echo", text="one")),
+        ai_tools(tool_call("Verdict", verdict="done")),
+        ai_tools(tool_call("Verdict", verdict="again")),
+    ]
+    naive, _ = await compare(build, script, steps=TWO_TURNS, response_format=ToolStrategy(Verdict))
+    assert naive[1]["state"]["structured_response"] == Verdict(verdict="again")
+
+
+# --- falling back when langchain's internals move ---------------------------
+
+
+@pytest.fixture
+def fresh_factory() -> Any:
+    _reset_factory()
+    yield
+    _reset_factory()
+
+
+@pytest.mark.parametrize("missing", ["_build_commands", "_get_can_jump_to"])
+def test_a_removed_private_name_falls_back_to_the_naive_chain_with_one_warning(
+    missing: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fresh_factory: None,
+) -> None:
+    import langchain.agents.factory as factory
+
+    monkeypatch.delattr(factory, missing)
+    log: list[str] = []
+    chain = [probe("A", log), probe("B", log)]
+    with caplog.at_level("WARNING", logger="middlewares._fusion"):
+        assert compose_chain(chain, state_schema=ThreadState, tools=[echo]) == chain
+        assert compose_chain(chain, state_schema=ThreadState, tools=[echo]) == chain
+    warnings = [r for r in caplog.records if "fusion is off" in r.getMessage()]
+    assert len(warnings) == 1 and missing in warnings[0].getMessage()
+    # Built directly, fusion says why instead of failing on a NameError.
+    with pytest.raises(FusionUnavailableError, match=missing):
+        fuse_middlewares(chain, state_schema=ThreadState)
+
+
+def test_an_untested_langchain_version_falls_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_factory: None
+) -> None:
+    import middlewares._fusion as fusion
+
+    monkeypatch.setattr(fusion, "TESTED_LANGCHAIN", ("0.9",))
+    log: list[str] = []
+    chain = [probe("A", log)]
+    with caplog.at_level("WARNING", logger="middlewares._fusion"):
+        assert compose_chain(chain, state_schema=ThreadState) == chain
+    assert "not a version the fused chain was tested with" in caplog.text
+
+
+def test_a_changed_build_commands_signature_falls_back(
+    monkeypatch: pytest.MonkeyPatch, fresh_factory: None
+) -> None:
+    import langchain.agents.factory as factory
+
+    def drifted(model_response: Any, middleware_commands: Any = None, *, new_flag: bool) -> Any:
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(factory, "_build_commands", drifted)
+    log: list[str] = []
+    chain = [probe("A", log)]
+    assert compose_chain(chain, state_schema=ThreadState) == chain
+
+
+async def test_the_lead_chain_builds_and_runs_naive_when_a_private_name_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fresh_factory: None,
+    tmp_path: Any,
+) -> None:
+    """The whole assembled chain, composed as ``build_agent`` composes it, runs a turn."""
+    import middlewares._fusion as fusion
+    from middlewares.chain import build_middlewares
+    from tests.support.chain_fixtures import inputs_for
+
+    # A name langchain renamed (deleting a real one would break langchain itself).
+    names = (*fusion._FACTORY_NAMES, "_a_helper_langchain_renamed")
+    monkeypatch.setattr(fusion, "_FACTORY_NAMES", names)
+    inputs = await asyncio.to_thread(inputs_for, tmp_path, configurable={"thread_id": "t"})
+    chain = build_middlewares(inputs)
+    with caplog.at_level("WARNING", logger="middlewares._fusion"):
+        composed = compose_chain(chain, state_schema=ThreadState, tools=[echo])
+    assert composed == chain
+    graph = create_agent(
+        _model(TWO_TOOL_STEPS),
+        [echo],
+        middleware=composed,
+        state_schema=ThreadState,
+        checkpointer=InMemorySaver(),
+    )
+    result = await graph.ainvoke(
+        {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}}
+    )
+    assert result["messages"][-1].content == "done"
+    assert len([r for r in caplog.records if "fusion is off" in r.getMessage()]) == 1
+
+
+# --- node names -------------------------------------------------------------
+
+
+def test_fused_node_names_stay_short_and_readable(tmp_path: Any) -> None:
+    from middlewares.chain import build_middlewares
+    from tests.support.chain_fixtures import inputs_for
+
+    inputs = inputs_for(tmp_path, configurable={"thread_id": "t", "is_plan_mode": True})
+    fused = fuse_middlewares(build_middlewares(inputs), state_schema=ThreadState)
+    graph = create_agent(_model([]), [echo], middleware=fused, state_schema=ThreadState)
+    hook_nodes = [n for n in graph.nodes if "." in n]
+    assert hook_nodes
+    for node in hook_nodes:
+        group, _, hook = node.rpartition(".")
+        assert hook in LIFECYCLE and len(node) <= 64, node
+        assert group.count("+") <= 2, node
+    log: list[str] = []
+    long_run = [probe(f"{c}Middleware", log) for c in "PQRST"]
+    names = {m.name for m in fuse_middlewares(long_run, state_schema=ThreadState)}
+    assert "P..T" in names
+    names = {m.name for m in fuse_middlewares(long_run[:2], state_schema=ThreadState)}
+    assert "P+Q" in names
 
 
 def test_compose_chain_keeps_the_naive_chain_when_tracing_or_switched_off(

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core import exceptions as lc_errors
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.errors import GraphInterrupt
 
@@ -93,6 +94,14 @@ def _err(**spec: Any) -> BaseException:
         (_err(kind="stream", message="something odd"), "unknown", None, False),
         (_err(kind="stream", code="abc", message="[99] nope"), "unknown", None, False),
         (ValueError("bad value"), "unknown", None, False),
+        # LangChain's own signals come before the text heuristics.
+        (lc_errors.ModelRateLimitError("slow down"), "rate_limited", None, True),
+        (lc_errors.ModelAPIError("boom"), "server_error", None, True),
+        (lc_errors.ModelTimeoutError("late"), "timeout", None, True),
+        (lc_errors.ModelConnectionError("gone"), "connection", None, True),
+        (lc_errors.ModelAuthenticationError("rate limit overloaded"), "auth", None, False),
+        (lc_errors.ModelInvalidRequestError("server overloaded [503]"), "bad_request", None, False),
+        (lc_errors.ContextOverflowError("too long; rate limited"), "bad_request", None, False),
     ],
 )
 def test_classification(
@@ -215,15 +224,27 @@ async def test_retry_after_longer_than_allowed_is_not_retried(tmp_path: Path) ->
     assert recorder.delays == []
 
 
-async def test_retry_after_up_to_24_hours_is_honoured(tmp_path: Path) -> None:
+async def test_retry_after_up_to_24_hours_is_honoured_when_configured(tmp_path: Path) -> None:
     recorder = Recorder()
     model = StrictRecordingModel.play(
         [{"content": "ok", "errors": [{"status": 429, "retry_after": "86400"}]}]
     )
-    agent = _agent_with(_middleware(recorder), model, tmp_path)
+    agent = _agent_with(_middleware(recorder, retry_after_max_seconds=86_400), model, tmp_path)
     result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
     assert result["messages"][-1].content == "ok"
     assert recorder.delays == [86400.0]
+
+
+async def test_default_retry_after_cap_is_minutes_not_hours(tmp_path: Path) -> None:
+    """An hour-long Retry-After is not waited for by default: the run falls back."""
+    assert 60 <= LLMErrorHandlingConfig().retry_after_max_seconds <= 900
+    recorder = Recorder()
+    model = StrictRecordingModel.play([{"error": {"status": 429, "retry_after": "3600"}}])
+    agent = _agent_with(_middleware(recorder), model, tmp_path)
+    result = await agent.ainvoke({"messages": [HumanMessage("hi")]}, run_config())
+    info = result["messages"][-1].additional_kwargs[LLM_ERROR_KEY]
+    assert info["kind"] == "retry_after_too_long"
+    assert recorder.delays == []
 
 
 async def test_in_stream_error_is_retried_in_a_streamed_run(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_anthropic import ChatAnthropic
@@ -96,3 +97,65 @@ def test_scripted_entry_builds_scripted_model(tmp_path: Path) -> None:
     model = create_chat_model(settings.models[1])
     assert isinstance(model, ScriptedChatModel)
     assert model.script[0].content == "b"
+
+
+@pytest.mark.parametrize(
+    ("use", "extra"),
+    [
+        ("langchain_openai:ChatOpenAI", {"base_url": "http://127.0.0.1:9/v1"}),
+        ("langchain_anthropic:ChatAnthropic", {}),
+    ],
+)
+def test_sdk_retries_are_off_when_our_retries_are_on(use: str, extra: dict[str, str]) -> None:
+    """LLMErrorHandling retries; the provider SDK must not retry underneath it."""
+    entry = ModelConfig.model_validate(
+        {"name": "p", "use": use, "model": "m", "api_key": "k", "max_retries": 5, **extra}
+    )
+    ours: Any = create_chat_model(entry, sdk_retries=False)
+    theirs: Any = create_chat_model(entry)
+    assert ours.max_retries == 0
+    assert theirs.max_retries == 5
+    client = ours.root_client if isinstance(ours, ChatOpenAI) else ours._client
+    assert client.max_retries == 0
+
+
+def test_a_model_without_max_retries_is_built_unchanged() -> None:
+    entry = ModelConfig.model_validate(scripted_model_entry([{"content": "a"}], name="s"))
+    assert isinstance(create_chat_model(entry, sdk_retries=False), ScriptedChatModel)
+
+
+async def test_the_lead_agent_model_has_sdk_retries_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As built for a run (``graphs/_build.py``): SDK retries off while
+    llm_error_handling is on (the default), the SDK's default when it is off."""
+    import asyncio
+
+    import graphs._build as build
+
+    built: list[Any] = []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        model = create_chat_model(*args, **kwargs)  # type: ignore[arg-type]
+        built.append(model)
+        return model
+
+    monkeypatch.setattr(build, "create_chat_model", spy)
+    for enabled, expected in ((True, 0), (False, 2)):
+        built.clear()
+        config_path = write_config(
+            tmp_path,
+            models=[
+                {
+                    "name": "claude",
+                    "use": "langchain_anthropic:ChatAnthropic",
+                    "model": "claude-x",
+                    "api_key": "k",
+                }
+            ],
+            llm_error_handling={"enabled": enabled},
+        )
+        settings = await asyncio.to_thread(load_settings, config_path)
+        build.build_agent(settings, None, kind="lead_agent", system_prompt="hi")
+        assert [type(m) for m in built] == [ChatAnthropic]
+        assert built[0].max_retries == expected

@@ -10,6 +10,7 @@ import pytest
 from runtime.config import ConfigError, load_settings
 from subagents.types import available_subagent_types, resolve_type_tools, subagent_types
 from tests.support.scripted import ai_text, write_config
+from tools.task import TOOL_CATALOG
 
 ECHO = "tests.support.tools:echo"
 
@@ -34,7 +35,7 @@ def test_general_purpose_gets_the_leads_tools_minus_three(tmp_path: Path) -> Non
         ),
     )
     types = subagent_types(settings)  # type: ignore[arg-type]
-    names = {t.name for t in resolve_type_tools(settings, types["general-purpose"])}  # type: ignore[arg-type]
+    names = {t.name for t in resolve_type_tools(settings, types["general-purpose"], TOOL_CATALOG)}  # type: ignore[arg-type]
     assert names == {"bash", "web_search"}
 
 
@@ -50,13 +51,13 @@ def test_bash_gets_shell_and_file_tools_by_name_or_group(tmp_path: Path) -> None
         ),
     )
     bash = subagent_types(settings)["bash"]  # type: ignore[arg-type]
-    names = {t.name for t in resolve_type_tools(settings, bash)}  # type: ignore[arg-type]
+    names = {t.name for t in resolve_type_tools(settings, bash, TOOL_CATALOG)}  # type: ignore[arg-type]
     assert names == {"bash", "read_file", "custom_fs"}
 
 
 def test_bash_is_offered_only_with_shell_or_file_tools(tmp_path: Path) -> None:
     without = settings_with(tmp_path, tools=tools_named(("web_search", "web")))
-    assert [t.name for t in available_subagent_types(without)] == ["general-purpose"]  # type: ignore[arg-type]
+    assert [t.name for t in available_subagent_types(without, TOOL_CATALOG)] == ["general-purpose"]  # type: ignore[arg-type]
 
 
 def test_custom_type_tool_selectors(tmp_path: Path) -> None:
@@ -81,9 +82,13 @@ def test_custom_type_tool_selectors(tmp_path: Path) -> None:
         },
     )
     types = subagent_types(settings)  # type: ignore[arg-type]
-    assert {t.name for t in resolve_type_tools(settings, types["picky"])} == {"a", "b", "c"}  # type: ignore[arg-type]
+    assert {t.name for t in resolve_type_tools(settings, types["picky"], TOOL_CATALOG)} == {
+        "a",
+        "b",
+        "c",
+    }  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="unknown tool or group 'nope', 'group:none'"):
-        resolve_type_tools(settings, types["broken"])  # type: ignore[arg-type]
+        resolve_type_tools(settings, types["broken"], TOOL_CATALOG)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

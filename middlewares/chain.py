@@ -222,12 +222,9 @@ def subagent_type_of(config: RunnableConfig | None) -> str | None:
 
 PENDING_SECTIONS = frozenset(
     {
-        "authorization",
-        "guardrails",
         "summarization",
         "token_budget",
         "token_usage",
-        "tool_progress",
         "tool_search",
     }
 )

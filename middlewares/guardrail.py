@@ -82,6 +82,8 @@ class GuardrailMiddleware(AgentMiddleware[Any, Any]):
                             guardrail=guardrail_for(settings))
     """
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

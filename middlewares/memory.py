@@ -71,6 +71,8 @@ class MemoryMiddleware(AgentMiddleware[Any, Any]):
         extraction_timeout: seconds one extraction may take.
     """
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

@@ -117,6 +117,8 @@ class SkillActivationMiddleware(AgentMiddleware[Any, Any]):
                                   channel=channel)
     """
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

@@ -149,6 +149,8 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
          SkillToolPolicyMiddleware(registry=r, channel=channel)]
     """
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(
         self,
         *,

@@ -117,6 +117,8 @@ class ToolProgressMiddleware(AgentMiddleware[Any, Any]):
             that move it from ``warned`` to ``blocked``.
     """
 
+    deerflow_fusable = True  # hooks never interrupt or goto: may share a node
+
     def __init__(self, *, retryable_failures_to_block: int = 3) -> None:
         super().__init__()
         if retryable_failures_to_block < 1:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, TodoListMiddleware
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.runnables import RunnableConfig
 
 from deerflow_extension_api import AgentBuildContext, AgentScope, HostPolicySnapshot
@@ -43,7 +43,9 @@ from deerflow_extension_api._placement import StackEntry
 from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
 from deerflow_extension_api._store import TaskStoreScope
 from middlewares.clarification import ClarificationMiddleware
+from middlewares.completed_subagent_usage import CompletedSubagentUsageMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
+from middlewares.durable_context import DurableContextMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware
 from middlewares.input_sanitization import InputSanitizationMiddleware
 from middlewares.llm_error_handling import LLMErrorHandlingMiddleware
@@ -56,10 +58,14 @@ from middlewares.safety_finish_reason import SafetyFinishReasonMiddleware
 from middlewares.sandbox import SandboxMiddleware
 from middlewares.sandbox_audit import SandboxAuditMiddleware
 from middlewares.subagent_limit import SubagentLimitMiddleware
+from middlewares.summarization import SummarizationMiddleware
 from middlewares.system_message_coalescing import SystemMessageCoalescingMiddleware
 from middlewares.terminal_response import TerminalResponseMiddleware
 from middlewares.thread_data import ThreadDataMiddleware
 from middlewares.title import TitleMiddleware
+from middlewares.todo_list import TodoListMiddleware
+from middlewares.token_budget import TokenBudgetMiddleware
+from middlewares.token_usage import TokenUsageMiddleware
 from middlewares.tool_error_handling import ToolErrorHandlingMiddleware
 from middlewares.tool_output_budget import ToolOutputBudgetMiddleware
 from middlewares.tool_receipt import ToolReceiptMiddleware
@@ -311,6 +317,40 @@ def _title(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
     return TitleMiddleware(model=model, max_chars=config.max_chars)
 
 
+def _summarization(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
+    """21: the trigger and kept tail are fractions of the *run model's* window."""
+    config = inputs.settings.summarization
+    window = inputs.model.context_window or config.fallback_context_window
+    trigger = config.trigger_tokens or max(2, int(window * config.trigger_fraction))
+    keep = config.keep_tokens or max(1, int(window * config.keep_fraction))
+    summary_model = None
+    if config.model:
+        entry = inputs.settings.model_by_name(config.model)
+        if entry is None:
+            raise ConfigError(f"summarization.model: no model named {config.model!r} in models")
+        summary_model = create_chat_model(entry)
+    return SummarizationMiddleware(
+        model=summary_model or create_chat_model(inputs.model),
+        summary_model=summary_model,
+        trigger_tokens=trigger,
+        keep_tokens=min(keep, trigger - 1),
+        trim_tokens_to_summarize=config.trim_tokens_to_summarize,
+        skills_path_prefix=config.skills_path_prefix,
+        preserve_recent_skill_count=config.preserve_recent_skill_count,
+        preserve_recent_skill_tokens=config.preserve_recent_skill_tokens,
+        preserve_recent_skill_tokens_per_skill=config.preserve_recent_skill_tokens_per_skill,
+        redact_pii=inputs.settings.pii_redaction.enabled,
+    )
+
+
+def _token_budget(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+    config = inputs.settings.token_budget
+    limit = config.max_tokens_per_run
+    if inputs.scope is not AgentScope.LEAD:
+        limit = config.subagent_max_tokens_per_run or limit
+    return TokenBudgetMiddleware(max_tokens_per_run=limit) if limit else None
+
+
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
     settings = inputs.settings
     return LLMErrorHandlingMiddleware.from_config(
@@ -353,7 +393,15 @@ FACTORIES: dict[str, Factory] = {
     "DynamicContextMiddleware": lambda i: (
         DynamicContextMiddleware() if i.settings.dynamic_context.enabled else None
     ),
-    "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
+    "DurableContextMiddleware": lambda i: DurableContextMiddleware(),  # 20
+    "SummarizationMiddleware": _summarization,  # 21
+    "TodoListMiddleware": lambda i: TodoListMiddleware(  # 22 (plan mode)
+        completion_reminders=i.settings.todo.completion_reminders,
+        window_reminder=i.settings.todo.window_reminder,
+    ),
+    "TokenUsageMiddleware": lambda i: TokenUsageMiddleware(),  # 23
+    "TokenBudgetMiddleware": _token_budget,  # 33
+    "CompletedSubagentUsageMiddleware": lambda i: CompletedSubagentUsageMiddleware(),  # 33
     "TitleMiddleware": _title,  # 24
     "ClarificationMiddleware": lambda i: ClarificationMiddleware(),  # 40
 }

@@ -19,6 +19,7 @@ __all__ = [
     "ViewedImage",
     "last_sandbox",
     "merge_artifacts",
+    "merge_run_usage",
     "merge_viewed_images",
 ]
 
@@ -75,6 +76,22 @@ def merge_viewed_images(
     return result
 
 
+_MAX_USAGE_RUNS = 64
+
+
+def merge_run_usage(existing: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
+    """Per-run token usage (TokenUsageMiddleware): a run's entry is replaced whole,
+    the newest ``_MAX_USAGE_RUNS`` runs are kept; malformed values are ignored."""
+    result = dict(existing) if isinstance(existing, dict) else {}
+    for run_id, usage in new.items() if isinstance(new, dict) else ():
+        if isinstance(run_id, str) and isinstance(usage, dict):
+            result.pop(run_id, None)
+            result[run_id] = usage
+    while len(result) > _MAX_USAGE_RUNS:
+        result.pop(next(iter(result)))
+    return result
+
+
 class ThreadState(AgentState[Any]):
     sandbox: NotRequired[Annotated[SandboxState | None, last_sandbox]]
     thread_data: NotRequired[ThreadDataState | None]
@@ -84,3 +101,7 @@ class ThreadState(AgentState[Any]):
     # The delegation ledger (task tool + SubagentLimitMiddleware; subagents/ledger.py):
     # entries keyed by (run_id, tool_call_id), revalidated on every read.
     delegations: NotRequired[Annotated[list[dict[str, Any]], merge_delegations]]
+    # Token usage per run id (TokenUsageMiddleware, 23).
+    token_usage: NotRequired[Annotated[dict[str, Any], merge_run_usage]]
+    # The current run's spend (TokenBudgetMiddleware, 33): {run_id, spent, counted}.
+    token_budget: NotRequired[dict[str, Any] | None]

@@ -115,6 +115,7 @@ REAL_LEAD_DEFAULT: list[str] = [
     "SandboxAuditMiddleware",
     "ReadBeforeWriteMiddleware",
     "ToolErrorHandlingMiddleware",
+    "DurableContextMiddleware",  # 20: always installed
     "TitleMiddleware",
     "SystemMessageCoalescingMiddleware",
     "SubagentLimitMiddleware",  # subagents are on by default
@@ -130,6 +131,7 @@ REAL_SUBAGENT_DEFAULT: list[str] = [
         for name in REAL_LEAD_DEFAULT[: REAL_LEAD_DEFAULT.index("ToolErrorHandlingMiddleware") + 1]
         if name != "UploadsMiddleware"
     ),
+    "DurableContextMiddleware",  # immediately before subagent summarization
     "LoopDetectionMiddleware",
     "ModelContentCompatibilityMiddleware",
     "TerminalResponseMiddleware",

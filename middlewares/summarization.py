@@ -1,0 +1,310 @@
+"""SummarizationMiddleware (spec 000, number 21): keep a long thread inside the context window.
+
+Built on LangChain's ``SummarizationMiddleware``, which already does the parts
+that fit: the token trigger, the token-based keep cutoff that never splits an
+AI message from its tool results (``_find_safe_cutoff_point``), trimming the
+summary input and generating the summary with retries (an optional summary
+model only generates). What DeerFlow needs beyond it, and why it is done here:
+
+- **Trigger on the whole request**, not only state messages: the system prompt,
+  tool schemas and DurableContext's block ride every request. The overhead is
+  measured in ``wrap_model_call`` (the request as it reaches this layer) and
+  added to the state's count, so compaction starts before the request, not the
+  history, reaches the window.
+- **Pinned messages** are never summarized: state system messages, the latest
+  user request and DynamicContext reminders stay verbatim, in their order.
+- **Skill-bundle rescue** (003): the most recent ``read_file`` bundles under
+  ``/mnt/skills`` in the to-summarize region (the AI message and all its tool
+  results, so no call is orphaned) stay verbatim within
+  ``preserve_recent_skill_count`` / ``_tokens`` / ``_tokens_per_skill``.
+- **Output shape** (003): ``RemoveMessage(REMOVE_ALL_MESSAGES)``, one
+  ``HumanMessage(name="summary")`` stamped ``SystemOperationKind.SUMMARIZATION``
+  provenance, then the pinned/rescued messages and the preserved tail. A
+  previous summary is summarized again (no summaries pile up). When nothing is
+  left to summarize (first-turn compaction), it is a no-op.
+- **PII**: with ``pii_redaction`` on, summary input passes ``redact_text``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from langchain.agents.middleware import SummarizationMiddleware as LangChainSummarization
+from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.messages.utils import count_tokens_approximately
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.runtime import Runtime
+
+from deerflow_extension_api.provenance import ContentKind, SystemOperationKind, provenance_kwargs
+from middlewares._run_scope import current_run_key
+from middlewares.durable_context import SUMMARY_NAME, is_summary_message, is_user_turn
+from middlewares.pii_redaction import redact_text
+
+__all__ = ["SummarizationMiddleware", "count_request_tokens"]
+
+logger = logging.getLogger(__name__)
+
+_REMINDER_KEY = "dynamic_context_reminder"
+
+
+def count_request_tokens(messages: Sequence[BaseMessage], tools: Sequence[Any] = ()) -> int:
+    """The approximate size of a request (messages and tool schemas), as this layer counts it."""
+    return int(count_tokens_approximately(list(messages), tools=list(tools) or None))
+
+
+# The request overhead last measured per thread (the graph is built per run, so an
+# instance alone would start every run blind). Bounded; advisory only.
+_OVERHEADS: OrderedDict[str, int] = OrderedDict()
+_OVERHEADS_LOCK = threading.Lock()
+_MAX_THREADS = 4096
+
+
+def _overhead(thread_id: str) -> int:
+    with _OVERHEADS_LOCK:
+        return _OVERHEADS.get(thread_id, 0)
+
+
+def _remember_overhead(thread_id: str, tokens: int) -> None:
+    with _OVERHEADS_LOCK:
+        _OVERHEADS[thread_id] = max(tokens, _OVERHEADS.pop(thread_id, 0))
+        while len(_OVERHEADS) > _MAX_THREADS:
+            _OVERHEADS.popitem(last=False)
+
+
+def _count(messages: Iterable[Any]) -> int:
+    return int(count_tokens_approximately(list(messages)))
+
+
+def _pinned(message: BaseMessage) -> bool:
+    if isinstance(message, SystemMessage):
+        return True
+    kwargs = message.additional_kwargs or {}
+    return isinstance(message, HumanMessage) and _REMINDER_KEY in kwargs
+
+
+class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
+    """Compact old history into one summary message near the model's context window."""
+
+    def __init__(
+        self,
+        *,
+        model: BaseChatModel,
+        trigger_tokens: int,
+        keep_tokens: int,
+        summary_model: BaseChatModel | None = None,
+        trim_tokens_to_summarize: int | None = 4000,
+        skills_path_prefix: str = "/mnt/skills",
+        preserve_recent_skill_count: int = 5,
+        preserve_recent_skill_tokens: int = 25_000,
+        preserve_recent_skill_tokens_per_skill: int = 5_000,
+        redact_pii: bool = False,
+    ) -> None:
+        if trigger_tokens < 1 or keep_tokens < 1 or keep_tokens >= trigger_tokens:
+            raise ValueError("summarization: need 1 <= keep_tokens < trigger_tokens")
+        if (
+            min(
+                preserve_recent_skill_count,
+                preserve_recent_skill_tokens,
+                preserve_recent_skill_tokens_per_skill,
+            )
+            < 0
+        ):
+            raise ValueError("summarization: skill rescue bounds must be >= 0")
+        super().__init__(
+            model,
+            trigger=("tokens", trigger_tokens),
+            keep=("tokens", keep_tokens),
+            token_counter=_count,
+            trim_tokens_to_summarize=trim_tokens_to_summarize,
+            summarizer=summary_model,
+        )
+        self.trigger_tokens = trigger_tokens
+        self.keep_tokens = keep_tokens
+        self.skills_path_prefix = skills_path_prefix.rstrip("/") + "/"
+        self.preserve_recent_skill_count = preserve_recent_skill_count
+        self.preserve_recent_skill_tokens = preserve_recent_skill_tokens
+        self.preserve_recent_skill_tokens_per_skill = preserve_recent_skill_tokens_per_skill
+        self.redact_pii = redact_pii
+
+    def release_policy_parameters(self) -> dict[str, Any]:
+        return {
+            "trigger_tokens": self.trigger_tokens,
+            "keep_tokens": self.keep_tokens,
+            "trim_tokens_to_summarize": self.trim_tokens_to_summarize,
+            "skills_path_prefix": self.skills_path_prefix,
+            "preserve_recent_skill_count": self.preserve_recent_skill_count,
+            "preserve_recent_skill_tokens": self.preserve_recent_skill_tokens,
+            "preserve_recent_skill_tokens_per_skill": self.preserve_recent_skill_tokens_per_skill,
+            "redact_pii": self.redact_pii,
+        }
+
+    # -- planning ----------------------------------------------------------------
+
+    def _skill_bundles(self, region: Sequence[BaseMessage]) -> list[set[int]]:
+        """Index sets (AI message + all its tool results) of skill reads, newest first."""
+        bundles: list[set[int]] = []
+        for index, message in enumerate(region):
+            if not isinstance(message, AIMessage) or not message.tool_calls:
+                continue
+            paths = [
+                (call.get("args") or {}).get("path")
+                for call in message.tool_calls
+                if call.get("name") == "read_file"
+            ]
+            if not any(isinstance(p, str) and p.startswith(self.skills_path_prefix) for p in paths):
+                continue
+            ids = {call.get("id") for call in message.tool_calls}
+            members = {index}
+            for later in range(index + 1, len(region)):
+                candidate = region[later]
+                if not isinstance(candidate, ToolMessage):
+                    break
+                if candidate.tool_call_id in ids:
+                    members.add(later)
+            answered = {m.tool_call_id for i in members if isinstance(m := region[i], ToolMessage)}
+            if answered >= {i for i in ids if i}:
+                bundles.append(members)
+        bundles.reverse()
+        return bundles
+
+    def _rescued(self, region: Sequence[BaseMessage]) -> set[int]:
+        kept: set[int] = set()
+        used = 0
+        count = 0
+        for bundle in self._skill_bundles(region):
+            if count >= self.preserve_recent_skill_count:
+                break
+            size = _count([region[i] for i in sorted(bundle)])
+            if size > self.preserve_recent_skill_tokens_per_skill:
+                continue
+            if used + size > self.preserve_recent_skill_tokens:
+                continue
+            kept |= bundle
+            used += size
+            count += 1
+        return kept
+
+    def _plan(
+        self, messages: list[AnyMessage]
+    ) -> tuple[list[BaseMessage], list[BaseMessage]] | None:
+        """(to summarize, to keep in order) or None when no compaction is due."""
+        self._ensure_message_ids(messages)
+        overhead = _overhead(current_run_key()[0])
+        total = self.token_counter(messages) + overhead
+        if not self._should_summarize(messages, total):
+            return None
+        cutoff = self._determine_cutoff_index(messages)
+        if cutoff <= 0:
+            return None
+        region = messages[:cutoff]
+        latest_user = max((i for i, m in enumerate(messages) if is_user_turn(m)), default=-1)
+        keep = self._rescued(region)
+        keep |= {i for i, m in enumerate(region) if _pinned(m) or i == latest_user}
+        # A kept message never strands a partner: an AI message's results follow it,
+        # and a kept tool result brings its AI message along.
+        keep = self._close_pairs(region, keep)
+        to_summarize: list[BaseMessage] = [m for i, m in enumerate(region) if i not in keep]
+        if not any(not is_summary_message(m) for m in to_summarize):
+            return None  # nothing new to compact (e.g. a first-turn or pinned-only region)
+        kept = [m for i, m in enumerate(region) if i in keep and not is_summary_message(m)]
+        return to_summarize, [*kept, *messages[cutoff:]]
+
+    @staticmethod
+    def _close_pairs(region: Sequence[BaseMessage], keep: set[int]) -> set[int]:
+        owner: dict[str, int] = {}
+        for index, message in enumerate(region):
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    if call.get("id"):
+                        owner[str(call["id"])] = index
+        result = set(keep)
+        for index, message in enumerate(region):
+            if isinstance(message, ToolMessage) and index in keep and message.tool_call_id in owner:
+                result.add(owner[message.tool_call_id])
+        for index, message in enumerate(region):
+            if isinstance(message, ToolMessage) and owner.get(message.tool_call_id) in result:
+                result.add(index)
+        return result
+
+    def _input(self, messages: list[BaseMessage]) -> list[AnyMessage]:
+        if not self.redact_pii:
+            return messages  # type: ignore[return-value]
+        redacted: list[AnyMessage] = []
+        for message in messages:
+            text = message.text if isinstance(message.content, list) else message.content
+            redacted.append(message.model_copy(update={"content": redact_text(str(text))}))  # type: ignore[arg-type]
+        return redacted
+
+    @staticmethod
+    def _result(summary: str, kept: list[BaseMessage]) -> dict[str, Any]:
+        message = HumanMessage(
+            content=summary,
+            name=SUMMARY_NAME,
+            id=f"summary-{uuid.uuid4().hex}",
+            **provenance_kwargs(
+                ContentKind.SUMMARY,
+                SystemOperationKind.SUMMARIZATION,
+                additional_kwargs={"hide_from_ui": True},
+            ),
+        )
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), message, *kept]}
+
+    # -- hooks ---------------------------------------------------------------------
+
+    def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        plan = self._plan(list(state["messages"]))
+        if plan is None:
+            return None
+        to_summarize, kept = plan
+        summary = self._create_summary(self._input(to_summarize))
+        return self._result(summary, kept)
+
+    async def abefore_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        plan = self._plan(list(state["messages"]))
+        if plan is None:
+            return None
+        to_summarize, kept = plan
+        summary = await self._acreate_summary(self._input(to_summarize))
+        return self._result(summary, kept)
+
+    def _measure(self, request: ModelRequest[Any]) -> None:
+        """Remember how much the request adds to the state's messages (system, tools, blocks)."""
+        try:
+            state_messages = request.state.get("messages") or []
+            system = [request.system_message] if request.system_message is not None else []
+            full = count_request_tokens([*system, *request.messages], request.tools)
+            overhead = max(0, full - _count(state_messages))
+        except Exception:  # measuring is advisory; a request we cannot count still runs
+            return
+        _remember_overhead(current_run_key()[0], overhead)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        self._measure(request)
+        return handler(request)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        self._measure(request)
+        return await handler(request)

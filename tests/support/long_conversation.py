@@ -1,0 +1,57 @@
+"""A long scripted conversation for summarization tests and the compaction benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.support.scripted import (
+    ai_text,
+    ai_tools,
+    recording_model_entry,
+    scripted_model_entry,
+    tool_call,
+    write_config,
+)
+
+__all__ = ["CONTEXT_WINDOW", "STEPS_PER_RUN", "long_config", "run_script"]
+
+CONTEXT_WINDOW = 2500
+STEPS_PER_RUN = 60
+_FILLER = "a line of tool output that fills the context " * 6
+
+
+def run_script(steps: int = STEPS_PER_RUN) -> list[dict[str, Any]]:
+    """``steps - 1`` echo calls with bulky arguments, then a text answer."""
+    turns: list[dict[str, Any]] = [
+        ai_tools(tool_call("echo", text=f"step {n}: {_FILLER}")) for n in range(steps - 1)
+    ]
+    return [*turns, ai_text("All steps done.")]
+
+
+def long_config(directory: Path, *, key: str, steps: int = STEPS_PER_RUN, **sections: Any) -> Path:
+    """A config whose run model plays ``run_script`` per run on a small context window."""
+    sections.setdefault("tools", [{"name": "echo", "use": "tests.support.tools:echo"}])
+    sections.setdefault("subagents", {"enabled": False})
+    sections.setdefault("loop_detection", {"enabled": False})
+    sections.setdefault(
+        "summarization",
+        {
+            "enabled": True,
+            "model": "summarizer",
+            "trigger_fraction": 0.6,
+            "keep_fraction": 0.25,
+        },
+    )
+    models = [
+        recording_model_entry(
+            run_script(steps), key=key, turn_by="calls", context_window=CONTEXT_WINDOW
+        ),
+        scripted_model_entry(
+            [ai_text("Summary: the agent echoed many steps of tool output.")],
+            name="summarizer",
+            turn_by="calls",
+            cycle_from=0,
+        ),
+    ]
+    return write_config(directory, models=models, **sections)

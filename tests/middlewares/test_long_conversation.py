@@ -60,11 +60,11 @@ async def test_three_hundred_turns_stay_inside_the_window(
             assert check_strict_request(call.messages) == []
             users = [m for m in call.messages if isinstance(m, HumanMessage) and not m.name]
             assert any(m.text == f"request number {run}" for m in users)
-            blocks = [m for m in call.messages if (p := read_provenance(m)) is not None]
             data = [
                 m
-                for m in blocks
-                if read_provenance(m).content_kind == "durable_context_data"  # type: ignore[union-attr]
+                for m in call.messages
+                if (kind := read_provenance(m)) is not None
+                and kind.content_kind == "durable_context_data"
             ]
             if data:
                 summarized += 1

@@ -241,6 +241,27 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
                 result.add(index)
         return result
 
+    def _trim_messages_for_summary(self, messages: list[AnyMessage]) -> list[AnyMessage]:
+        """The newest messages within ``trim_tokens_to_summarize``.
+
+        LangChain's trim starts on a human message; with the latest user request
+        pinned, the region is often AI/tool turns only and would trim to nothing
+        ("too long to summarize"). The summary prompt is text, so no pairing is needed.
+        """
+        limit = self.trim_tokens_to_summarize
+        if limit is None:
+            return messages
+        kept: list[AnyMessage] = []
+        used = 0
+        for message in reversed(messages):
+            size = _count([message])
+            if kept and used + size > limit:
+                break
+            kept.append(message)
+            used += size
+        kept.reverse()
+        return kept
+
     def _input(self, messages: list[BaseMessage]) -> list[AnyMessage]:
         if not self.redact_pii:
             return messages  # type: ignore[return-value]

@@ -78,6 +78,7 @@ async def test_three_hundred_turns_stay_inside_the_window(
     messages = state["values"]["messages"]
     summaries = [m for m in messages if m.get("name") == "summary"]
     assert len(summaries) == 1  # each compaction re-summarizes the previous summary
+    assert summaries[0]["content"].startswith("Summary: the agent echoed")
     assert summaries[0]["additional_kwargs"]["deerflow_producer_kind"] == "summarization"
     # The durable block is request-only: never persisted.
     assert not any(

@@ -14,7 +14,7 @@ from tests.support.scripted import (
     write_config,
 )
 
-__all__ = ["CONTEXT_WINDOW", "STEPS_PER_RUN", "long_config", "run_script"]
+__all__ = ["CONTEXT_WINDOW", "STEPS_PER_RUN", "long_config", "run_script", "thread_storage_bytes"]
 
 CONTEXT_WINDOW = 2500
 STEPS_PER_RUN = 60
@@ -55,3 +55,23 @@ def long_config(directory: Path, *, key: str, steps: int = STEPS_PER_RUN, **sect
         ),
     ]
     return write_config(directory, models=models, **sections)
+
+
+async def thread_storage_bytes(pool: Any, thread_id: str) -> int:
+    """Bytes the checkpoint tables hold for ``thread_id`` (every table with a thread_id)."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(
+            "SELECT table_name FROM information_schema.columns "
+            "WHERE column_name = 'thread_id' AND table_schema = current_schema()"
+        )
+        tables = [row["table_name"] for row in await cursor.fetchall()]
+        total = 0
+        for table in tables:
+            cursor = await conn.execute(
+                f'SELECT coalesce(sum(pg_column_size(t.*)), 0) AS n FROM "{table}" t '
+                "WHERE thread_id = %s",
+                (thread_id,),
+            )
+            row = await cursor.fetchone()
+            total += int(row["n"])
+        return total

@@ -155,26 +155,49 @@ async def _conversation(graph: Any, thread: str, steps: int) -> tuple[float, flo
     return cpu / (steps + 1), wall / (steps + 1)
 
 
-def chain_inputs(data_root: Path) -> ChainInputs:
+# Issue 15's long-conversation middlewares, all on (summarization never triggers
+# in a 20-step run on a large window, so this row measures their per-step cost).
+LONG_CONVERSATION = (
+    "summarization: {enabled: true}\n"
+    "token_usage: {enabled: true}\n"
+    "token_budget: {enabled: true, max_tokens_per_run: 100000000}\n"
+)
+
+
+def chain_inputs(
+    data_root: Path, extra: str = "", configurable: dict[str, Any] | None = None
+) -> ChainInputs:
     """The default lead run's chain inputs, with a scripted model and data under ``data_root``."""
-    config_path = data_root / "bench-config.yaml"
+    config_path = data_root / f"bench-config-{len(extra)}.yaml"
     config_path.write_text(
         "models:\n  - {name: scripted, use: 'runtime.scripted_model:ScriptedChatModel'}\n"
-        f"data_root: {str(data_root)!r}\n",
+        f"data_root: {str(data_root)!r}\n{extra}",
         encoding="utf-8",
     )
     settings = load_settings(config_path)
     load_extensions(settings)
-    return ChainInputs.from_config(settings, {"configurable": {"thread_id": "bench"}})
+    return ChainInputs.from_config(
+        settings, {"configurable": {"thread_id": "bench", **(configurable or {})}}
+    )
 
 
 async def measure(
-    rounds: int, steps: int, inputs: ChainInputs
+    rounds: int, steps: int, inputs: ChainInputs, long_inputs: ChainInputs | None = None
 ) -> tuple[list[dict[str, Any]], float]:
     model = ScriptedChatModel.model_validate({"script": _script(steps)})
 
     cases = [
         Case("full", "full lead chain (build_middlewares)", lambda: build_middlewares(inputs)),
+    ]
+    if long_inputs is not None:
+        cases.append(
+            Case(
+                "long",
+                "full lead chain + summarization, todo (plan mode), token usage and budget",
+                lambda: build_middlewares(long_inputs),
+            )
+        )
+    cases += [
         Case("wrap30", "synthetic: 30 pass-through wrap middlewares", synthetic_wrap30),
         Case("mixed30", "synthetic: 30 pass-through, wrap + before/after_model", synthetic_mixed30),
     ]
@@ -258,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LANGSMITH_TRACING", "false")
     with tempfile.TemporaryDirectory(prefix="deerflow-bench-") as tmp:
         inputs = chain_inputs(Path(tmp))
-        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs))
+        long_inputs = chain_inputs(Path(tmp), LONG_CONVERSATION, {"is_plan_mode": True})
+        rows, ratio = asyncio.run(measure(args.rounds, args.steps, inputs, long_inputs))
     print(_table(rows))
     for r in rows:
         print(f"{r['case']}: naive {r['naive_ratio']:.2f}x, fused {r['fused_ratio']:.2f}x of bare")

@@ -140,6 +140,7 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
         self.preserve_recent_skill_tokens = preserve_recent_skill_tokens
         self.preserve_recent_skill_tokens_per_skill = preserve_recent_skill_tokens_per_skill
         self.redact_pii = redact_pii
+        self._measured: int | None = None
 
     def release_policy_parameters(self) -> dict[str, Any]:
         return {
@@ -304,7 +305,15 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
         return self._result(summary, kept)
 
     def _measure(self, request: ModelRequest[Any]) -> None:
-        """Remember how much the request adds to the state's messages (system, tools, blocks)."""
+        """Remember how much the request adds to the state's messages (system, tools, blocks).
+
+        Measured on a run's first model call and whenever the request gained
+        messages the state does not hold (a projected block), not on every step.
+        """
+        extra = len(request.messages) - len(request.state.get("messages") or [])
+        if self._measured is not None and extra <= self._measured:
+            return
+        self._measured = extra
         try:
             state_messages = request.state.get("messages") or []
             system = [request.system_message] if request.system_message is not None else []

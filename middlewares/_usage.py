@@ -25,6 +25,7 @@ __all__ = [
     "SUBAGENT_USAGE_KEY",
     "add_usage",
     "attribute_subagent_usage",
+    "latest_run_stamp",
     "message_usage",
 ]
 
@@ -66,6 +67,13 @@ def attribute_subagent_usage(
     messages: Sequence[BaseMessage],
 ) -> tuple[list[BaseMessage], dict[str, int]]:
     """(replacement messages, usage attributed now) for unattributed terminal task results."""
+    if not any(
+        isinstance(m, ToolMessage)
+        and KEY_TOKEN_USAGE in (m.additional_kwargs or {})
+        and (m.additional_kwargs or {}).get(ATTRIBUTED_KEY) is not True
+        for m in messages
+    ):
+        return [], {}
     owners: dict[str, int] = {}
     for index, message in enumerate(messages):
         if isinstance(message, AIMessage):
@@ -110,3 +118,27 @@ def attribute_subagent_usage(
             )
         )
     return [*updates, *marked], added
+
+
+def latest_run_stamp(
+    messages: Sequence[BaseMessage], key: str, run_id: str, *, before: int
+) -> dict[str, Any] | None:
+    """The newest ``response_metadata[key]`` stamped for ``run_id`` on an AI message
+    before index ``before``, looking back no further than the latest user turn.
+
+    Why stamps on AI messages: the model node writes ``messages`` on every step
+    anyway, so a running total riding the answer costs no extra channel write,
+    and summarization always keeps the newest answer. Stopping at the user turn
+    makes an invocation without a run id start afresh.
+    """
+    from middlewares.durable_context import is_user_turn
+
+    for index in range(min(before, len(messages)) - 1, -1, -1):
+        message = messages[index]
+        if is_user_turn(message):
+            return None
+        if isinstance(message, AIMessage):
+            stamp = (message.response_metadata or {}).get(key)
+            if isinstance(stamp, Mapping) and stamp.get("run_id") == run_id:
+                return dict(stamp)
+    return None

@@ -10,11 +10,15 @@ the model on every request:
   (``cancel_orphaned_delegations``). It is always installed, so this happens
   whether or not subagents are enabled for the run; a continuation or a resume
   (no new user message) leaves in-flight work alone.
-- ``before_model`` captures, before the summarizer runs after it: terminal
-  ``task`` results the ledger does not know yet (``delegations``), and skill
-  references (name, path, description; never bodies) from ``read_file`` of a
-  ``SKILL.md`` under ``/mnt/skills`` into ``skill_context``, when the state
-  schema declares that key.
+- ``capture_durable_context`` records terminal ``task`` results the ledger does
+  not know yet (``delegations``; the task tool normally records them itself)
+  and skill references (name, path, description; never bodies) from
+  ``read_file`` of a ``SKILL.md`` under ``/mnt/skills`` into ``skill_context``
+  (when the state schema declares that key). It runs in ``after_model`` on the
+  latest tool round (folded into the model node: no extra superstep) and in
+  SummarizationMiddleware on the very region it is about to compact, so
+  nothing is lost to compaction. There is no ``before_model`` hook on purpose:
+  each one costs every step a superstep and a checkpoint write.
 - ``wrap_model_call`` projects, in the request view only (never in state):
   static rules as a ``SystemMessage`` (``durable_context_rules``; the coalescer
   merges it into the one system message) and the untrusted values (summary
@@ -61,6 +65,7 @@ __all__ = [
     "DURABLE_RULES",
     "SUMMARY_NAME",
     "DurableContextMiddleware",
+    "capture_durable_context",
     "is_summary_message",
     "is_user_turn",
     "read_skill_context",
@@ -137,6 +142,99 @@ def _escape(value: str) -> str:
     return html.escape(neutralize_untrusted_tags(value), quote=False)
 
 
+def _delegation_from(message: ToolMessage, args: Mapping[str, Any]) -> Delegation | None:
+    meta = read_task_result_metadata(message.additional_kwargs)
+    if meta is None or meta["status"] not in TERMINAL_STATUSES:
+        return None
+    raw: dict[str, Any] = {
+        "run_id": None,
+        "tool_call_id": message.tool_call_id,
+        "status": meta["status"],
+        "subagent_type": args.get("subagent_type"),
+        "description": args.get("description"),
+        "summary": _text(message) if meta["status"] == "completed" else None,
+        "error": meta.get("error"),
+        "stop_reason": meta.get("stop_reason"),
+    }
+    return validate_delegation(raw)
+
+
+def _skill_from(path: str, message: ToolMessage) -> dict[str, str] | None:
+    match = _SKILL_FILE.match(path)
+    if match is None or message.status == "error":
+        return None
+    described = _DESCRIPTION.search(_text(message)[:4000])
+    description = described.group(1).strip().strip("\"'") if described else ""
+    return {"name": match.group(1), "path": path, "description": description[:500]}
+
+
+def _recent_start(messages: Sequence[BaseMessage]) -> int:
+    """Where the latest tool round starts: the AI message before the trailing answer."""
+    index = len(messages) - 1
+    if index >= 0 and isinstance(messages[index], AIMessage):
+        index -= 1
+    while index >= 0 and not isinstance(messages[index], AIMessage):
+        index -= 1
+    return max(index, 0)
+
+
+def capture_durable_context(
+    state: Mapping[str, Any],
+    messages: Sequence[BaseMessage] | None = None,
+    *,
+    recent_only: bool = False,
+) -> dict[str, Any] | None:
+    """The state update recording terminal ``task`` results the ledger lacks and skill
+    references from ``SKILL.md`` reads (when the schema declares ``skill_context``).
+
+    ``messages`` defaults to the state's; ``recent_only`` looks at the latest tool
+    round only (the per-step path); summarization passes the region it compacts.
+    """
+    if messages is None:
+        messages = state.get("messages") or []
+        if recent_only:
+            messages = messages[_recent_start(messages) :]
+    if not any(isinstance(m, ToolMessage) for m in messages):
+        return None
+    known = {e["tool_call_id"] for e in read_delegations(state)}
+    dispatches: dict[str, Mapping[str, Any]] = {}
+    reads: dict[str, str] = {}
+    new_entries: list[Delegation] = []
+    skills = read_skill_context(state) if _schema_has_skill_context() else None
+    skill_paths = {ref["path"] for ref in skills or ()}
+    new_skills: list[dict[str, str]] = []
+    for message in messages:
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                call_id = call.get("id")
+                if not isinstance(call_id, str):
+                    continue
+                if call.get("name") == TASK_TOOL_NAME:
+                    dispatches[call_id] = call.get("args") or {}
+                elif call.get("name") in _READ_TOOLS:
+                    path = (call.get("args") or {}).get("path")
+                    if isinstance(path, str):
+                        reads[call_id] = path
+        elif isinstance(message, ToolMessage):
+            call_id = message.tool_call_id
+            if call_id in dispatches and call_id not in known:
+                entry = _delegation_from(message, dispatches[call_id])
+                if entry is not None:
+                    new_entries.append(entry)
+                    known.add(call_id)
+            elif skills is not None and call_id in reads:
+                ref = _skill_from(reads[call_id], message)
+                if ref is not None and ref["path"] not in skill_paths:
+                    skill_paths.add(ref["path"])
+                    new_skills.append(ref)
+    update: dict[str, Any] = {}
+    if new_entries:
+        update["delegations"] = new_entries
+    if new_skills and skills is not None:
+        update[SKILL_CONTEXT_KEY] = [*skills, *new_skills]
+    return update or None
+
+
 class DurableContextMiddleware(AgentMiddleware[ThreadState, Any]):
     """Keep delegations and skill references visible to the model across compaction."""
 
@@ -177,81 +275,15 @@ class DurableContextMiddleware(AgentMiddleware[ThreadState, Any]):
     ) -> dict[str, Any] | None:
         return self._before_agent(state)
 
-    # -- before_model: capture what compaction could take away ---------------------
+    # -- after_model: capture what compaction could take away ------------------------
 
-    def _capture(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
-        messages: Sequence[BaseMessage] = state.get("messages") or []
-        known = {e["tool_call_id"] for e in read_delegations(state)}
-        dispatches: dict[str, Mapping[str, Any]] = {}
-        reads: dict[str, str] = {}
-        new_entries: list[Delegation] = []
-        skills = read_skill_context(state) if _schema_has_skill_context() else None
-        skill_paths = {ref["path"] for ref in skills or ()}
-        new_skills: list[dict[str, str]] = []
-        for message in messages:
-            if isinstance(message, AIMessage):
-                for call in message.tool_calls:
-                    call_id = call.get("id")
-                    if not isinstance(call_id, str):
-                        continue
-                    if call.get("name") == TASK_TOOL_NAME:
-                        dispatches[call_id] = call.get("args") or {}
-                    elif call.get("name") in _READ_TOOLS:
-                        path = (call.get("args") or {}).get("path")
-                        if isinstance(path, str):
-                            reads[call_id] = path
-            elif isinstance(message, ToolMessage):
-                call_id = message.tool_call_id
-                if call_id in dispatches and call_id not in known:
-                    entry = self._delegation_from(message, dispatches[call_id])
-                    if entry is not None:
-                        new_entries.append(entry)
-                        known.add(call_id)
-                elif skills is not None and call_id in reads:
-                    ref = self._skill_from(reads[call_id], message)
-                    if ref is not None and ref["path"] not in skill_paths:
-                        skill_paths.add(ref["path"])
-                        new_skills.append(ref)
-        update: dict[str, Any] = {}
-        if new_entries:
-            update["delegations"] = new_entries
-        if new_skills and skills is not None:
-            update[SKILL_CONTEXT_KEY] = [*skills, *new_skills]
-        return update or None
+    def after_model(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return capture_durable_context(state, recent_only=True)
 
-    @staticmethod
-    def _delegation_from(message: ToolMessage, args: Mapping[str, Any]) -> Delegation | None:
-        meta = read_task_result_metadata(message.additional_kwargs)
-        if meta is None or meta["status"] not in TERMINAL_STATUSES:
-            return None
-        raw: dict[str, Any] = {
-            "run_id": None,
-            "tool_call_id": message.tool_call_id,
-            "status": meta["status"],
-            "subagent_type": args.get("subagent_type"),
-            "description": args.get("description"),
-            "summary": _text(message) if meta["status"] == "completed" else None,
-            "error": meta.get("error"),
-            "stop_reason": meta.get("stop_reason"),
-        }
-        return validate_delegation(raw)
-
-    @staticmethod
-    def _skill_from(path: str, message: ToolMessage) -> dict[str, str] | None:
-        match = _SKILL_FILE.match(path)
-        if match is None or message.status == "error":
-            return None
-        described = _DESCRIPTION.search(_text(message)[:4000])
-        description = described.group(1).strip().strip("\"'") if described else ""
-        return {"name": match.group(1), "path": path, "description": description[:500]}
-
-    def before_model(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._capture(state)
-
-    async def abefore_model(
+    async def aafter_model(
         self, state: ThreadState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        return self._capture(state)
+        return capture_durable_context(state, recent_only=True)
 
     # -- wrap_model_call: project into the request ---------------------------------
 

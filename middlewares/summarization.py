@@ -6,6 +6,15 @@ AI message from its tool results (``_find_safe_cutoff_point``), trimming the
 summary input and generating the summary with retries (an optional summary
 model only generates). What DeerFlow needs beyond it, and why it is done here:
 
+- **Where it runs**: LangChain compacts in ``before_model``, a graph node of
+  its own, so every step would pay a superstep and a checkpoint write (measured
+  in ``bench/chain_overhead.py``). Here compaction persists in ``after_model``
+  (folded into the model node by the fused chain) and ``wrap_model_call``
+  compacts the request view when a request is still over the trigger (a run's
+  first step after a large message, large tool results).
+- **Summary input trimming** keeps the newest messages within the limit;
+  LangChain's starts on a human message, which a region whose user request is
+  pinned often lacks (it summarized nothing).
 - **Trigger on the whole request**, not only state messages: the system prompt,
   tool schemas and DurableContext's block ride every request. The overhead is
   measured in ``wrap_model_call`` (the request as it reaches this layer) and
@@ -34,6 +43,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware import SummarizationMiddleware as LangChainSummarization
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
 from langchain_core.language_models import BaseChatModel
@@ -52,7 +62,12 @@ from langgraph.runtime import Runtime
 
 from deerflow_extension_api.provenance import ContentKind, SystemOperationKind, provenance_kwargs
 from middlewares._run_scope import current_run_key
-from middlewares.durable_context import SUMMARY_NAME, is_summary_message, is_user_turn
+from middlewares.durable_context import (
+    SUMMARY_NAME,
+    capture_durable_context,
+    is_summary_message,
+    is_user_turn,
+)
 from middlewares.pii_redaction import redact_text
 
 __all__ = ["SummarizationMiddleware", "count_request_tokens"]
@@ -141,6 +156,30 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
         self.preserve_recent_skill_tokens_per_skill = preserve_recent_skill_tokens_per_skill
         self.redact_pii = redact_pii
         self._measured: int | None = None
+        self._token_cache: dict[str, tuple[tuple[int, int], int]] = {}
+
+    def _count_cached(self, messages: Sequence[BaseMessage]) -> int:
+        """The state's size, counting each message once (the check runs on every step)."""
+        cache = self._token_cache
+        if len(cache) > 20_000:
+            cache.clear()
+        total = 0
+        for message in messages:
+            content = message.content
+            shape = (
+                len(content) if isinstance(content, str) else -len(content),
+                len(getattr(message, "tool_calls", None) or ()),
+            )
+            key = message.id
+            hit = cache.get(key) if key else None
+            if hit is not None and hit[0] == shape:
+                total += hit[1]
+                continue
+            tokens = _count([message])
+            if key:
+                cache[key] = (shape, tokens)
+            total += tokens
+        return total
 
     def release_policy_parameters(self) -> dict[str, Any]:
         return {
@@ -206,7 +245,7 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
         """(to summarize, to keep in order) or None when no compaction is due."""
         self._ensure_message_ids(messages)
         overhead = _overhead(current_run_key()[0])
-        total = self.token_counter(messages) + overhead
+        total = self._count_cached(messages) + overhead
         if not self._should_summarize(messages, total):
             return None
         cutoff = self._determine_cutoff_index(messages)
@@ -273,8 +312,8 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
         return redacted
 
     @staticmethod
-    def _result(summary: str, kept: list[BaseMessage]) -> dict[str, Any]:
-        message = HumanMessage(
+    def _summary_message(summary: str) -> HumanMessage:
+        return HumanMessage(
             content=summary,
             name=SUMMARY_NAME,
             id=f"summary-{uuid.uuid4().hex}",
@@ -284,25 +323,68 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
                 additional_kwargs={"hide_from_ui": True},
             ),
         )
-        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), message, *kept]}
+
+    @staticmethod
+    def _result(
+        state: Any, summary: str, to_summarize: list[BaseMessage], kept: list[BaseMessage]
+    ) -> dict[str, Any]:
+        message = SummarizationMiddleware._summary_message(summary)
+        update: dict[str, Any] = {
+            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), message, *kept]
+        }
+        # DurableContext's capture over the very region being compacted (spec 20:
+        # "before compaction"): delegations and skill references outlive it.
+        captured = capture_durable_context(state, to_summarize)
+        if captured:
+            update.update(captured)
+        return update
 
     # -- hooks ---------------------------------------------------------------------
 
-    def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    # LangChain's class compacts in ``before_model``; that hook is its own graph
+    # node, so every step of every run would pay a superstep and a checkpoint
+    # write for a check that rarely fires. Here compaction persists in
+    # ``after_model`` (folded into the model node by the fused chain) and a
+    # request that is still over the trigger at call time (a run's first step
+    # after a large user message, or large tool results) is compacted in the
+    # request view by ``wrap_model_call``.
+    before_model = AgentMiddleware.before_model
+    abefore_model = AgentMiddleware.abefore_model
+
+    def after_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         plan = self._plan(list(state["messages"]))
         if plan is None:
             return None
         to_summarize, kept = plan
         summary = self._create_summary(self._input(to_summarize))
-        return self._result(summary, kept)
+        return self._result(state, summary, to_summarize, kept)
 
-    async def abefore_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def aafter_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         plan = self._plan(list(state["messages"]))
         if plan is None:
             return None
         to_summarize, kept = plan
         summary = await self._acreate_summary(self._input(to_summarize))
-        return self._result(summary, kept)
+        return self._result(state, summary, to_summarize, kept)
+
+    @staticmethod
+    def _compacted_view(
+        request: ModelRequest[Any], summary: str, to_summarize: list[BaseMessage]
+    ) -> ModelRequest[Any]:
+        """The request without the summarized messages, the summary in their place."""
+        gone = {m.id for m in to_summarize if m.id}
+        messages: list[AnyMessage] = []
+        placed = False
+        for message in request.messages:
+            if message.id in gone:
+                if not placed:
+                    messages.append(SummarizationMiddleware._summary_message(summary))
+                    placed = True
+                continue
+            if is_summary_message(message):
+                continue  # the new summary covers the previous one
+            messages.append(message)
+        return request.override(messages=messages)
 
     def _measure(self, request: ModelRequest[Any]) -> None:
         """Remember how much the request adds to the state's messages (system, tools, blocks).
@@ -323,12 +405,20 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
             return
         _remember_overhead(current_run_key()[0], overhead)
 
+    def _state_messages(self, request: ModelRequest[Any]) -> list[AnyMessage]:
+        state = request.state if isinstance(request.state, dict) else {}
+        return list(state.get("messages") or [])
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         self._measure(request)
+        plan = self._plan(self._state_messages(request))
+        if plan is not None:
+            summary = self._create_summary(self._input(plan[0]))
+            request = self._compacted_view(request, summary, plan[0])
         return handler(request)
 
     async def awrap_model_call(
@@ -337,4 +427,8 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         self._measure(request)
+        plan = self._plan(self._state_messages(request))
+        if plan is not None:
+            summary = await self._acreate_summary(self._input(plan[0]))
+            request = self._compacted_view(request, summary, plan[0])
         return await handler(request)

@@ -1,11 +1,14 @@
 """TokenBudgetMiddleware (spec 000, number 33): stop a run that spends more than its budget.
 
-Why: a tool loop can burn tokens without end. The run's spend lives in state
-(``ThreadState.token_budget``: ``{run_id, spent, counted, children}``), keyed
+Why: a tool loop can burn tokens without end. The run's spend rides its newest
+answer (``response_metadata["token_budget"]``: ``{run_id, spent, children}``;
+the model node writes ``messages`` on every step anyway, so this costs no extra
+channel write, and summarization always keeps the newest answer). It is keyed
 by run id, so it survives continuations of the same run and a new user run
-starts with a fresh budget; without a run id every invocation starts afresh.
-After each model call the answer's usage is added (once; its id is
-remembered), plus the usage of subagents attributed since (terminal ``task``
+starts with a fresh budget; the look-back stops at the latest user turn, so an
+invocation without a run id starts afresh too. After each model call the
+answer's usage is added (once: an answer carrying the stamp is not counted
+again), plus the usage of subagents attributed since (terminal ``task``
 results marked ``subagent_token_usage_attributed``). When the spend reaches
 ``max_tokens_per_run`` the answer becomes final through the shared
 ``consume_stop_reason``: its tool calls are removed, a visible note is added and
@@ -24,14 +27,15 @@ from langgraph.runtime import Runtime
 
 from middlewares._run_scope import emit_event, is_subagent_run
 from middlewares._stop_reason import consume_stop_reason
-from middlewares._usage import ATTRIBUTED_KEY, message_usage
+from middlewares._usage import ATTRIBUTED_KEY, latest_run_stamp, message_usage
 from middlewares.token_usage import run_id_or_default
 from runtime.state import ThreadState
 from subagents.contract import StopReason, read_task_result_metadata
 
-__all__ = ["EVENT_TYPE", "TOKEN_STOP_REASON", "TokenBudgetMiddleware", "budget_note"]
+__all__ = ["BUDGET_KEY", "EVENT_TYPE", "TOKEN_STOP_REASON", "TokenBudgetMiddleware", "budget_note"]
 
 TOKEN_STOP_REASON: StopReason = "token_capped"
+BUDGET_KEY = "token_budget"
 EVENT_TYPE = "middleware:token_budget"
 
 
@@ -57,26 +61,26 @@ class TokenBudgetMiddleware(AgentMiddleware[ThreadState, Any]):
     def release_policy_parameters(self) -> dict[str, Any]:
         return {"max_tokens_per_run": self.max_tokens_per_run}
 
-    def _start(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
-        run_id = run_id_or_default()
-        current = state.get("token_budget")
-        if run_id != "-" and isinstance(current, Mapping) and current.get("run_id") == run_id:
-            return None  # a continuation keeps its spend
-        return {"token_budget": {"run_id": run_id, "spent": 0, "counted": None, "children": []}}
-
     def _check(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
         messages = state.get("messages") or []
         if not messages or not isinstance(messages[-1], AIMessage):
             return None
         message: AIMessage = messages[-1]
         run_id = run_id_or_default()
-        raw = state.get("token_budget")
-        budget = dict(raw) if isinstance(raw, Mapping) and raw.get("run_id") == run_id else {}
-        raw_spent = budget.get("spent")
-        spent: int = raw_spent if isinstance(raw_spent, int) and raw_spent >= 0 else 0
-        children = [c for c in budget.get("children") or [] if isinstance(c, str)]
-        if message.id is None or budget.get("counted") != message.id:
-            spent += message_usage(message)["total_tokens"]
+        own = (message.response_metadata or {}).get(BUDGET_KEY)
+        if isinstance(own, Mapping) and own.get("run_id") == run_id:
+            # Re-entry: this answer was counted; only new child usage may be added.
+            budget: dict[str, Any] = {**own, "children": list(own.get("children") or [])}
+        else:
+            budget = latest_run_stamp(messages, BUDGET_KEY, run_id, before=len(messages) - 1) or {}
+            raw_spent = budget.get("spent")
+            spent = raw_spent if isinstance(raw_spent, int) and raw_spent >= 0 else 0
+            budget = {
+                "run_id": run_id,
+                "spent": spent + message_usage(message)["total_tokens"],
+                "children": [c for c in budget.get("children") or [] if isinstance(c, str)],
+            }
+        children: list[str] = budget["children"]
         for item in messages:
             kwargs = item.additional_kwargs or {}
             if not isinstance(item, ToolMessage) or kwargs.get(ATTRIBUTED_KEY) is not True:
@@ -85,40 +89,28 @@ class TokenBudgetMiddleware(AgentMiddleware[ThreadState, Any]):
                 continue
             meta = read_task_result_metadata(kwargs)
             if meta is not None and "token_usage" in meta:
-                spent += meta["token_usage"]["total_tokens"]
+                budget["spent"] += meta["token_usage"]["total_tokens"]
                 children.append(item.tool_call_id)
-        update: dict[str, Any] = {
-            "token_budget": {
-                "run_id": run_id,
-                "spent": spent,
-                "counted": message.id,
-                "children": children,
-            }
-        }
+        if own == budget:
+            return None
+        spent = budget["spent"]
+        stamped = message.model_copy(
+            update={"response_metadata": {**(message.response_metadata or {}), BUDGET_KEY: budget}}
+        )
         if spent >= self.max_tokens_per_run:
-            stopped = consume_stop_reason(
-                message, TOKEN_STOP_REASON, budget_note(spent, self.max_tokens_per_run)
+            stamped = consume_stop_reason(
+                stamped, TOKEN_STOP_REASON, budget_note(spent, self.max_tokens_per_run)
             )
-            if stopped is not message:
-                update["messages"] = [stopped]
-                emit_event(
-                    {
-                        "type": EVENT_TYPE,
-                        "phase": "capped",
-                        "spent": spent,
-                        "limit": self.max_tokens_per_run,
-                        "is_subagent": is_subagent_run(),
-                    }
-                )
-        return update
-
-    def before_agent(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._start(state)
-
-    async def abefore_agent(
-        self, state: ThreadState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        return self._start(state)
+            emit_event(
+                {
+                    "type": EVENT_TYPE,
+                    "phase": "capped",
+                    "spent": spent,
+                    "limit": self.max_tokens_per_run,
+                    "is_subagent": is_subagent_run(),
+                }
+            )
+        return {"messages": [stamped]}
 
     def after_model(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self._check(state)

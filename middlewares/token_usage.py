@@ -3,27 +3,35 @@
 Why: operators and UIs need a run's cost, and TokenBudget (33) needs the same
 numbers. After each model call the answer's ``usage_metadata`` (input, output,
 total, cache read/creation where the provider reports them) is added to the
-run's entry in ``ThreadState.token_usage`` (keyed by run id, per model too);
-the answer is counted once (its id is remembered). Before each model call,
-terminal ``task`` results of subagents are attributed to their dispatching
-message exactly once (``attribute_subagent_usage``) and added to the run's
-``subagent`` totals. At run end the usage is published as a ``token_usage``
-custom stream event and stamped on the run's final answer
-(``response_metadata["run_token_usage"]``), next to the run's metadata.
+run's running total, which rides the answer itself
+(``response_metadata["run_token_usage"]``: the model node writes ``messages``
+on every step anyway, so this costs no extra channel write, and an answer that
+already carries the stamp is never counted again). In the same hook, terminal
+``task`` results of subagents are attributed to their dispatching message
+exactly once (``attribute_subagent_usage``) and added to the run's ``subagent``
+totals. At run end the total is written to ``ThreadState.token_usage`` (keyed
+by run id) and published as a ``token_usage`` custom stream event. Only
+``after_model``/``after_agent`` hooks: the fused chain folds ``after_model``
+into the model node, so no step pays a superstep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
 from middlewares._run_scope import emit_event, is_subagent_run
-from middlewares._usage import add_usage, attribute_subagent_usage, message_usage
+from middlewares._usage import (
+    add_usage,
+    attribute_subagent_usage,
+    latest_run_stamp,
+    message_usage,
+)
 from runtime.state import ThreadState
 from subagents.ledger import current_run_id
 
@@ -46,26 +54,44 @@ def run_id_or_default() -> str:
         return "-"
 
 
-def _entry(state: Mapping[str, Any], run_id: str) -> dict[str, Any]:
-    usage = state.get("token_usage")
-    entry = usage.get(run_id) if isinstance(usage, Mapping) else None
-    return dict(entry) if isinstance(entry, Mapping) else {}
+def _stamp(message: AIMessage, entry: Mapping[str, Any]) -> AIMessage:
+    metadata = {**(message.response_metadata or {}), RUN_USAGE_KEY: dict(entry)}
+    return message.model_copy(update={"response_metadata": metadata})
+
+
+def _current(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
+    """The run's total so far (from the newest stamped answer), or a fresh one."""
+    last = messages[-1] if messages else None
+    if isinstance(last, AIMessage):
+        stamp = (last.response_metadata or {}).get(RUN_USAGE_KEY)
+        if isinstance(stamp, Mapping) and stamp.get("run_id") == run_id:
+            return dict(stamp)
+    found = latest_run_stamp(messages, RUN_USAGE_KEY, run_id, before=len(messages))
+    return found or {"run_id": run_id}
 
 
 def attribute_update(state: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The state update attributing terminal subagent usage once (messages + run totals)."""
-    updates, added = attribute_subagent_usage(state.get("messages") or [])
+    """The update attributing terminal subagent usage once; the run total on the
+    newest answer gains it (its ``subagent`` and ``total_tokens``)."""
+    messages: Sequence[BaseMessage] = state.get("messages") or []
+    updates, added = attribute_subagent_usage(messages)
     if not updates:
         return None
-    run_id = run_id_or_default()
-    entry = _entry(state, run_id)
-    entry["subagent"] = add_usage(entry.get("subagent"), added)
-    entry["total_tokens"] = entry.get("total_tokens", 0) + added.get("total_tokens", 0)
-    return {"messages": updates, "token_usage": {run_id: entry}}
+    last = messages[-1] if messages else None
+    if isinstance(last, AIMessage) and last.id:
+        run_id = run_id_or_default()
+        entry = _current(messages, run_id)
+        entry["subagent"] = add_usage(entry.get("subagent"), added)
+        entry["total_tokens"] = entry.get("total_tokens", 0) + added.get("total_tokens", 0)
+        entry.setdefault("counted", None)
+        replaced = next((u for u in updates if u.id == last.id), last)
+        updates = [u for u in updates if u.id != last.id]
+        updates.append(_stamp(replaced, entry))  # type: ignore[arg-type]
+    return {"messages": updates}
 
 
 class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
-    """Record per-run token usage in state, on the final answer and as an event."""
+    """Record per-run token usage on each answer, in state at run end and as an event."""
 
     state_schema = ThreadState
 
@@ -74,20 +100,21 @@ class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
         self.emit_events = emit_events
 
     def release_policy_parameters(self) -> dict[str, Any]:
-        return {"emit_events": self.emit_events}
-
-    def _attribute(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
-        return attribute_update(state)
+        return {"emit_events": self.emit_events, "carrier": "response_metadata.run_token_usage"}
 
     def _record(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
-        messages = state.get("messages") or []
+        attributed = attribute_update(state)
+        messages: list[BaseMessage] = list(state.get("messages") or [])
+        if attributed is not None:
+            by_id = {m.id: m for m in attributed["messages"]}
+            messages = [by_id.get(m.id, m) for m in messages]
         if not messages or not isinstance(messages[-1], AIMessage):
-            return None
+            return attributed
         message: AIMessage = messages[-1]
         run_id = run_id_or_default()
-        entry = _entry(state, run_id)
-        if message.id and entry.get("last_message_id") == message.id:
-            return None  # counted before (replay or re-entry)
+        entry = _current(messages, run_id)
+        if entry.get("counted") == message.id and message.id is not None:
+            return attributed  # counted before (replay or re-entry)
         usage = message_usage(message)
         entry.update(add_usage({k: entry.get(k, 0) for k in usage}, usage))
         model = str((message.response_metadata or {}).get("model_name") or "unknown")[:128]
@@ -95,15 +122,17 @@ class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
         models[model] = add_usage(models.get(model), usage)
         entry["models"] = models
         entry["calls"] = int(entry.get("calls", 0)) + 1
-        entry["last_message_id"] = message.id
-        return {"token_usage": {run_id: entry}}
+        entry["counted"] = message.id
+        updates = [m for m in (attributed or {}).get("messages", []) if m.id != message.id]
+        return {"messages": [*updates, _stamp(message, entry)]}
 
     def _finish(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
         run_id = run_id_or_default()
-        entry = _entry(state, run_id)
-        if not entry:
+        messages: Sequence[BaseMessage] = state.get("messages") or []
+        entry = _current(messages, run_id)
+        if "calls" not in entry:
             return None
-        public = {k: v for k, v in entry.items() if k != "last_message_id"}
+        public = {k: v for k, v in entry.items() if k not in ("counted", "run_id")}
         if self.emit_events:
             emit_event(
                 {
@@ -113,24 +142,7 @@ class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
                     "is_subagent": is_subagent_run(),
                 }
             )
-        messages = state.get("messages") or []
-        last = messages[-1] if messages else None
-        if not isinstance(last, AIMessage) or not last.id:
-            return None
-        if (last.response_metadata or {}).get(RUN_USAGE_KEY) == public:
-            return None
-        stamped = last.model_copy(
-            update={"response_metadata": {**(last.response_metadata or {}), RUN_USAGE_KEY: public}}
-        )
-        return {"messages": [stamped]}
-
-    def before_model(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._attribute(state)
-
-    async def abefore_model(
-        self, state: ThreadState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        return self._attribute(state)
+        return {"token_usage": {run_id: public}}
 
     def after_model(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self._record(state)

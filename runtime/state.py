@@ -101,7 +101,5 @@ class ThreadState(AgentState[Any]):
     # The delegation ledger (task tool + SubagentLimitMiddleware; subagents/ledger.py):
     # entries keyed by (run_id, tool_call_id), revalidated on every read.
     delegations: NotRequired[Annotated[list[dict[str, Any]], merge_delegations]]
-    # Token usage per run id (TokenUsageMiddleware, 23).
+    # Token usage per run id, written at run end (TokenUsageMiddleware, 23).
     token_usage: NotRequired[Annotated[dict[str, Any], merge_run_usage]]
-    # The current run's spend (TokenBudgetMiddleware, 33): {run_id, spent, counted}.
-    token_budget: NotRequired[dict[str, Any] | None]

@@ -157,7 +157,7 @@ def _history() -> list[Any]:
 
 def test_summarization_keeps_pinned_messages_skill_bundles_and_tool_pairs() -> None:
     middleware = _summarizer()
-    update = middleware.before_model({"messages": _history()}, None)  # type: ignore[arg-type]
+    update = middleware.after_model({"messages": _history()}, None)  # type: ignore[arg-type]
     assert update is not None
     remove, summary, *kept = update["messages"]
     assert remove.id == "__remove_all__"
@@ -184,7 +184,7 @@ def test_skill_rescue_respects_its_budget_and_pii_is_redacted() -> None:
     history = _history()
     history[1] = HumanMessage("mail me at someone@example.com", id="u0")
     history.insert(2, HumanMessage("first request", id="u1"))
-    update = middleware.before_model({"messages": history}, None)  # type: ignore[arg-type]
+    update = middleware.after_model({"messages": history}, None)  # type: ignore[arg-type]
     assert update is not None
     kept_ids = [m.id for m in update["messages"][2:]]
     assert "ak" not in kept_ids and "tk" not in kept_ids  # no rescue with count 0
@@ -195,7 +195,7 @@ def test_skill_rescue_respects_its_budget_and_pii_is_redacted() -> None:
 def test_first_turn_compaction_is_a_no_op() -> None:
     middleware = _summarizer(trigger_tokens=20, keep_tokens=5)
     big = HumanMessage("y" * 2000, id="only")
-    assert middleware.before_model({"messages": [big]}, None) is None  # type: ignore[arg-type]
+    assert middleware.after_model({"messages": [big]}, None) is None  # type: ignore[arg-type]
 
 
 async def test_recorded_requests_never_hold_the_block_in_state(tmp_path: Path) -> None:

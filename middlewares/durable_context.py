@@ -49,7 +49,13 @@ from langchain_core.messages import (
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
-from deerflow_extension_api.provenance import ContentKind, ProducerKind, provenance_kwargs
+from deerflow_extension_api.provenance import (
+    ContentKind,
+    ProducerKind,
+    SystemOperationKind,
+    provenance_kwargs,
+    read_provenance,
+)
 from middlewares.untrusted_content import neutralize_untrusted_tags
 from runtime.state import ThreadState
 from subagents.contract import TASK_TOOL_NAME, TERMINAL_STATUSES, read_task_result_metadata
@@ -95,12 +101,17 @@ def _text(message: BaseMessage) -> str:
 
 
 def is_summary_message(message: Any) -> bool:
-    return isinstance(message, HumanMessage) and message.name == SUMMARY_NAME
+    """A summary the server wrote: ``name="summary"`` *and* summarization provenance
+    (callers cannot stamp provenance, so a user message named "summary" stays a user turn)."""
+    if not isinstance(message, HumanMessage) or message.name != SUMMARY_NAME:
+        return False
+    provenance = read_provenance(message)
+    return provenance is not None and provenance.producer_kind == SystemOperationKind.SUMMARIZATION
 
 
 def is_user_turn(message: Any) -> bool:
     """A user-authored message: not hidden, not a summary, not a runtime reminder."""
-    if not isinstance(message, HumanMessage) or message.name == SUMMARY_NAME:
+    if not isinstance(message, HumanMessage) or is_summary_message(message):
         return False
     kwargs = message.additional_kwargs or {}
     return not kwargs.get("hide_from_ui") and "dynamic_context_reminder" not in kwargs

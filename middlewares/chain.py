@@ -348,7 +348,10 @@ def _token_budget(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
     limit = config.max_tokens_per_run
     if inputs.scope is not AgentScope.LEAD:
         limit = config.subagent_max_tokens_per_run or limit
-    return TokenBudgetMiddleware(max_tokens_per_run=limit) if limit else None
+    if not limit:
+        return None
+    tracked = bool(inputs.settings.token_usage.enabled)
+    return TokenBudgetMiddleware(max_tokens_per_run=limit, usage_tracked=tracked)
 
 
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:

@@ -40,6 +40,7 @@ __all__ = [
     "RUN_USAGE_KEY",
     "TokenUsageMiddleware",
     "attribute_update",
+    "current_run_usage",
     "run_id_or_default",
 ]
 
@@ -59,7 +60,7 @@ def _stamp(message: AIMessage, entry: Mapping[str, Any]) -> AIMessage:
     return message.model_copy(update={"response_metadata": metadata})
 
 
-def _current(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
+def current_run_usage(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
     """The run's total so far (from the newest stamped answer), or a fresh one."""
     last = messages[-1] if messages else None
     if isinstance(last, AIMessage):
@@ -80,7 +81,7 @@ def attribute_update(state: Mapping[str, Any]) -> dict[str, Any] | None:
     last = messages[-1] if messages else None
     if isinstance(last, AIMessage) and last.id:
         run_id = run_id_or_default()
-        entry = _current(messages, run_id)
+        entry = current_run_usage(messages, run_id)
         entry["subagent"] = add_usage(entry.get("subagent"), added)
         entry["total_tokens"] = entry.get("total_tokens", 0) + added.get("total_tokens", 0)
         entry.setdefault("counted", None)
@@ -112,7 +113,7 @@ class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
             return attributed
         message: AIMessage = messages[-1]
         run_id = run_id_or_default()
-        entry = _current(messages, run_id)
+        entry = current_run_usage(messages, run_id)
         if entry.get("counted") == message.id and message.id is not None:
             return attributed  # counted before (replay or re-entry)
         usage = message_usage(message)
@@ -129,7 +130,7 @@ class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
     def _finish(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
         run_id = run_id_or_default()
         messages: Sequence[BaseMessage] = state.get("messages") or []
-        entry = _current(messages, run_id)
+        entry = current_run_usage(messages, run_id)
         if "calls" not in entry:
             return None
         public = {k: v for k, v in entry.items() if k not in ("counted", "run_id")}

@@ -235,3 +235,47 @@ async def test_recorded_requests_never_hold_the_block_in_state(tmp_path: Path) -
     assert not any("the child found 42" in m.text for m in call.system_messages)
     assert not any("42" in str(m.content) for m in run.values["messages"])
     clear_recordings(key)
+
+
+def test_capture_before_compaction_records_task_results_and_skill_references(
+    monkeypatch: Any,
+) -> None:
+    import middlewares.durable_context as durable
+
+    monkeypatch.setattr(durable, "_schema_has_skill_context", lambda: True)
+    task = {"subagent_type": "general-purpose", "description": "count", "prompt": "p"}
+    region = [
+        AIMessage(
+            "",
+            id="a",
+            tool_calls=[
+                {"name": "task", "args": task, "id": "t1"},
+                {"name": "read_file", "args": {"path": "/mnt/skills/pdf/SKILL.md"}, "id": "r1"},
+            ],
+        ),
+        ToolMessage(
+            "There are 42.", tool_call_id="t1", additional_kwargs={"subagent_status": "completed"}
+        ),
+        ToolMessage("---\nname: pdf\ndescription: Read PDFs well\n---\nbody", tool_call_id="r1"),
+    ]
+    state = {"messages": [HumanMessage("go"), *region], "skill_context": []}
+    update = durable.capture_durable_context(state, region)
+    assert update is not None
+    (entry,) = update["delegations"]
+    assert entry["status"] == "completed" and entry["summary"] == "There are 42."
+    assert update["skill_context"] == [
+        {"name": "pdf", "path": "/mnt/skills/pdf/SKILL.md", "description": "Read PDFs well"}
+    ]
+    assert "body" not in str(update["skill_context"])  # references, never bodies
+    # Already known: nothing to add.
+    known = {
+        **state,
+        "delegations": update["delegations"],
+        "skill_context": update["skill_context"],
+    }
+    assert durable.capture_durable_context(known, region) is None
+    # Summarization carries the capture in its compaction update.
+    middleware = _summarizer(trigger_tokens=60, keep_tokens=20, preserve_recent_skill_count=0)
+    history = [HumanMessage("go", id="u"), *region, AIMessage("x " * 200, id="z")]
+    compacted = middleware.after_model({"messages": history, "skill_context": []}, None)  # type: ignore[arg-type]
+    assert compacted is not None and compacted["delegations"][0]["tool_call_id"] == "t1"

@@ -13,16 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 from deerflow_extension_api.provenance import read_provenance
 from middlewares.summarization import count_request_tokens
 from runtime.recording_model import clear_recordings, recorded_calls
-from tests.support.long_conversation import CONTEXT_WINDOW, STEPS_PER_RUN, long_config
+from tests.support.long_conversation import (
+    CONTEXT_WINDOW,
+    STEPS_PER_RUN,
+    long_config,
+    run_script,
+)
 from tests.support.scripted import (
     ai_text,
     ai_tools,
     recording_model_entry,
+    scripted_model_entry,
     tool_call,
     write_config,
 )
@@ -192,4 +198,65 @@ async def test_token_budget_caps_a_tool_loop_and_the_next_run_starts_fresh(
     if usage:
         assert len(second["token_usage"]) == 2
     assert len(recorded_calls(key)) > first_calls + 1  # a fresh budget allowed new steps
+    clear_recordings(key)
+
+
+async def test_delegation_results_stay_visible_after_compaction(
+    tmp_path: Path, use_config: Callable[[Path], Path], lg_client: Callable[..., Any]
+) -> None:
+    key = f"deleg-{uuid.uuid4().hex}"
+    task = {
+        "name": "task",
+        "args": {
+            "description": "count widgets",
+            "prompt": "count",
+            "subagent_type": "general-purpose",
+        },
+    }
+    lead = [ai_tools(task), *run_script(40)]
+    use_config(
+        write_config(
+            tmp_path,
+            models=[
+                recording_model_entry(
+                    lead, key=key, turn_by="calls", context_window=CONTEXT_WINDOW
+                ),
+                scripted_model_entry([ai_text("The child found 42 widgets.")], name="worker"),
+                scripted_model_entry(
+                    [ai_text("Summary: work happened.")],
+                    name="summarizer",
+                    turn_by="calls",
+                    cycle_from=0,
+                ),
+            ],
+            tools=[{"name": "echo", "use": "tests.support.tools:echo"}],
+            subagents={"model": "worker"},
+            loop_detection={"enabled": False},
+            summarization={
+                "enabled": True,
+                "model": "summarizer",
+                "trigger_fraction": 0.6,
+                "keep_fraction": 0.25,
+            },
+        )
+    )
+    client = lg_client()
+    thread_id = (await client.threads.create())["thread_id"]
+    await client.runs.wait(
+        thread_id,
+        "lead_agent",
+        input={"messages": [{"role": "user", "content": "delegate then work"}]},
+        config={"recursion_limit": 2000},
+    )
+    calls = recorded_calls(key)
+    assert len(calls) == 41
+    last = calls[-1]
+    assert not any(isinstance(m, ToolMessage) and "42 widgets" in m.text for m in last.messages)
+    blocks = [m for m in last.messages if "42 widgets" in m.text]
+    assert len(blocks) == 1 and isinstance(blocks[0], HumanMessage)
+    assert blocks[0].additional_kwargs["deerflow_content_kind"] == "durable_context_data"
+    assert not any("42 widgets" in m.text for m in last.system_messages)
+    state = (await client.threads.get_state(thread_id))["values"]
+    assert not any("42 widgets" in str(m["content"]) for m in state["messages"])
+    assert state["delegations"][0]["summary"].startswith("The child found 42 widgets")
     clear_recordings(key)

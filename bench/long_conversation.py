@@ -124,7 +124,7 @@ def _history(steps: int) -> list[Any]:
 
 
 async def compaction(rounds: int) -> dict[str, float]:
-    model = ScriptedChatModel(script=[{"content": "Summary."}], cycle_from=0)
+    model = ScriptedChatModel.model_validate({"script": [{"content": "Summary."}], "cycle_from": 0})
     middleware = SummarizationMiddleware(
         model=model,
         summary_model=model,
@@ -133,6 +133,7 @@ async def compaction(rounds: int) -> dict[str, float]:
     )
     state = {"messages": _history(12)}
     times = []
+    update: dict[str, Any] | None = None
     for _ in range(rounds + 1):
         started = time.perf_counter()
         update = await middleware.aafter_model(state, None)  # type: ignore[arg-type]
@@ -140,6 +141,7 @@ async def compaction(rounds: int) -> dict[str, float]:
         if update is None:
             raise RuntimeError("the prepared history did not trigger a compaction")
     before = len(state["messages"])
+    assert update is not None
     return {
         "compaction_ms": statistics.median(times[1:]) * 1000,
         "messages_before": before,
@@ -155,9 +157,7 @@ def _report(result: dict[str, Any], cost: dict[str, float], runs: int, steps: in
     for run in range(runs):
         cells = " | ".join(f"{sizes[n][run] / 1024:.0f}" for n in names)
         lines.append(f"| {run + 1} | {(run + 1) * steps} | {cells} |")
-    growth = {
-        n: [b - a for a, b in zip(sizes[n], sizes[n][1:], strict=False)] for n in names
-    }
+    growth = {n: [b - a for a, b in zip(sizes[n], sizes[n][1:], strict=False)] for n in names}
     per_step = {n: (seconds[n] / (runs * steps)) * 1000 for n in names}
     versions = ", ".join(f"{p} {version(p)}" for p in ("langchain", "langgraph"))
     return (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -32,7 +32,7 @@ def _request(messages: list[Any], state: dict[str, Any]) -> ModelRequest[Any]:
         messages=messages,
         system_message=SystemMessage("You are helpful."),
         tools=[],
-        state={"messages": messages, **state},  # type: ignore[typeddict-item]
+        state=cast(Any, {"messages": messages, **state}),
         runtime=None,  # type: ignore[arg-type]
     )
 
@@ -96,9 +96,12 @@ def test_a_caller_message_named_summary_is_still_a_user_turn() -> None:
 def test_nothing_to_project_leaves_the_request_alone() -> None:
     seen: list[ModelRequest[Any]] = []
     request = _request([HumanMessage("hi")], {})
-    DurableContextMiddleware().wrap_model_call(
-        request, lambda r: seen.append(r) or ModelResponse(result=[AIMessage("ok")])
-    )
+
+    def handler(r: ModelRequest[Any]) -> ModelResponse[Any]:
+        seen.append(r)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    DurableContextMiddleware().wrap_model_call(request, handler)
     assert seen[0] is request
 
 
@@ -130,7 +133,7 @@ def test_durable_context_cancels_only_on_user_turns() -> None:
 
 
 def _summarizer(**kwargs: Any) -> SummarizationMiddleware:
-    model = ScriptedChatModel(script=[{"content": "SUMMARY"}], cycle_from=0)
+    model = ScriptedChatModel.model_validate({"script": [{"content": "SUMMARY"}], "cycle_from": 0})
     defaults: dict[str, Any] = {
         "model": model,
         "summary_model": model,
@@ -188,7 +191,7 @@ def test_summarization_keeps_pinned_messages_skill_bundles_and_tool_pairs() -> N
 
 def test_skill_rescue_respects_its_budget_and_pii_is_redacted() -> None:
     captured: list[str] = []
-    model = ScriptedChatModel(script=[{"content": "S"}], cycle_from=0)
+    model = ScriptedChatModel.model_validate({"script": [{"content": "S"}], "cycle_from": 0})
     middleware = _summarizer(summary_model=model, preserve_recent_skill_count=0, redact_pii=True)
     original = middleware._create_summary
 
@@ -196,7 +199,7 @@ def test_skill_rescue_respects_its_budget_and_pii_is_redacted() -> None:
         captured.extend(str(m.content) for m in messages)
         return original(messages)
 
-    middleware._create_summary = spy  # type: ignore[method-assign]
+    middleware._create_summary = spy  # type: ignore[method-assign,assignment]
     history = _history()
     history[1] = HumanMessage("mail me at someone@example.com", id="u0")
     history.insert(2, HumanMessage("first request", id="u1"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
@@ -28,7 +28,7 @@ def _request(messages: list[Any], state: dict[str, Any]) -> ModelRequest[Any]:
         messages=messages,
         system_message=SystemMessage("p"),
         tools=[],
-        state={"messages": messages, **state},  # type: ignore[typeddict-item]
+        state=cast(Any, {"messages": messages, **state}),
         runtime=None,  # type: ignore[arg-type]
     )
 
@@ -104,6 +104,7 @@ def _answer(tokens: int, message_id: str, **kwargs: Any) -> AIMessage:
 def test_budget_counts_each_answer_once_and_caps_with_the_shared_stop_reason() -> None:
     budget = TokenBudgetMiddleware(max_tokens_per_run=100)
     first = budget.after_model({"messages": [HumanMessage("go"), _answer(60, "a")]}, None)  # type: ignore[arg-type]
+    assert first is not None
     stamped = first["messages"][0]
     assert stamped.response_metadata["token_budget"]["spent"] == 60 and stamped.tool_calls
     assert budget.after_model({"messages": [HumanMessage("go"), stamped]}, None) is None  # type: ignore[arg-type]
@@ -138,12 +139,14 @@ def test_usage_stamps_each_answer_once_and_attributes_children_once() -> None:
         },
     )
     first = usage.after_model({"messages": [HumanMessage("go"), dispatch]}, None)  # type: ignore[arg-type]
+    assert first is not None
     dispatch = first["messages"][-1]
     answer = AIMessage(
         "ok", id="e", usage_metadata={"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}
     )
     state = {"messages": [HumanMessage("go"), dispatch, child, answer]}
     update = usage.after_model(state, None)  # type: ignore[arg-type]
+    assert update is not None
     by_id = {m.id: m for m in update["messages"]}
     assert by_id["d"].additional_kwargs["subagent_token_usage"]["total_tokens"] == 7
     assert by_id["t"].additional_kwargs["subagent_token_usage_attributed"] is True
@@ -176,7 +179,7 @@ async def test_a_subagent_has_its_own_budget_and_reports_token_capped(tmp_path: 
 
 
 def test_wrap_compacts_the_request_view_when_state_is_still_over_the_trigger() -> None:
-    model = ScriptedChatModel(script=[{"content": "SUM"}], cycle_from=0)
+    model = ScriptedChatModel.model_validate({"script": [{"content": "SUM"}], "cycle_from": 0})
     middleware = SummarizationMiddleware(
         model=model, summary_model=model, trigger_tokens=200, keep_tokens=60
     )

@@ -350,7 +350,8 @@ def _token_budget(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
         limit = config.subagent_max_tokens_per_run or limit
     if not limit:
         return None
-    tracked = bool(inputs.settings.token_usage.enabled)
+    # TokenUsage (23) is lead-only: a subagent's budget keeps its own running total.
+    tracked = inputs.scope is AgentScope.LEAD and bool(inputs.settings.token_usage.enabled)
     return TokenBudgetMiddleware(max_tokens_per_run=limit, usage_tracked=tracked)
 
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import yaml
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from middlewares._stop_reason import consume_stop_reason
-from middlewares.summarization import SummarizationMiddleware
+from middlewares.summarization import SummarizationMiddleware, count_request_tokens
 from middlewares.todo_list import TodoListMiddleware
 from middlewares.token_budget import TokenBudgetMiddleware
 from middlewares.token_usage import TokenUsageMiddleware
+from runtime.recording_model import clear_recordings, recorded_calls
 from runtime.scripted_model import ScriptedChatModel
 from subagents.contract import KEY_STATUS, KEY_STOP_REASON, KEY_TOKEN_USAGE
 from tests.support.delegation import delegation_config, run_lead, task_call
@@ -156,26 +159,37 @@ def test_usage_stamps_each_answer_once_and_attributes_children_once() -> None:
     assert usage.after_model(again, None) is None  # type: ignore[arg-type]
 
 
-async def test_a_subagent_has_its_own_budget_and_reports_token_capped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("usage", [False, True], ids=["budget-only", "with-token-usage"])
+async def test_a_subagent_has_its_own_budget_and_reports_token_capped(
+    usage: bool, tmp_path: Path
+) -> None:
     worker = [ai_tools(tool_call("echo", text=f"{n} " * 40)) for n in range(30)]
     path = delegation_config(
         tmp_path,
         lead=[ai_tools(task_call("loop forever")), ai_text("lead done")],
         worker=worker,
     )
-    text = path.read_text(encoding="utf-8")
-    path.write_text(
-        text
-        + "loop_detection: {enabled: false}\n"
-        + "token_budget: {enabled: true, max_tokens_per_run: 1000000, "
-        + "subagent_max_tokens_per_run: 400}\n",
-        encoding="utf-8",
-    )
+    key = f"child-{uuid.uuid4().hex}"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    (entry,) = [m for m in data["models"] if m["name"] == "worker"]
+    entry.update(use="runtime.recording_model:RecordingChatModel", recording_key=key)
+    data["loop_detection"] = {"enabled": False}
+    data["token_usage"] = {"enabled": usage}
+    data["token_budget"] = {
+        "enabled": True,
+        "max_tokens_per_run": 1_000_000,
+        "subagent_max_tokens_per_run": 400,
+    }
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
     run = await run_lead(path)
     (result,) = run.tool_messages()
     assert result.additional_kwargs[KEY_STATUS] == "completed"
     assert result.additional_kwargs[KEY_STOP_REASON] == "token_capped"
     assert run.values["messages"][-1].text == "lead done"
+    # The cap comes from the running total, not from one call's size.
+    calls = recorded_calls(key)
+    assert count_request_tokens(calls[-1].messages) < 400
+    clear_recordings(key)
 
 
 def test_wrap_compacts_the_request_view_when_state_is_still_over_the_trigger() -> None:

@@ -32,6 +32,10 @@ model only generates). What DeerFlow needs beyond it, and why it is done here:
   previous summary is summarized again (no summaries pile up). When nothing is
   left to summarize (first-turn compaction), it is a no-op.
 - **PII**: with ``pii_redaction`` on, summary input passes ``redact_text``.
+- **A failing summary model** (after LangChain's retries) skips the
+  compaction with a warning instead of failing the run: the history is intact,
+  and an over-long request then meets the provider's own limit, which the
+  reliability middlewares handle.
 """
 
 from __future__ import annotations
@@ -339,6 +343,22 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
             update.update(captured)
         return update
 
+    # -- summary generation: a failing summary model skips compaction ----------------
+
+    def _summarize(self, to_summarize: list[BaseMessage]) -> str | None:
+        try:
+            return self._create_summary(self._input(to_summarize))
+        except Exception:
+            logger.warning("summarization: the summary call failed; not compacting", exc_info=True)
+            return None
+
+    async def _asummarize(self, to_summarize: list[BaseMessage]) -> str | None:
+        try:
+            return await self._acreate_summary(self._input(to_summarize))
+        except Exception:
+            logger.warning("summarization: the summary call failed; not compacting", exc_info=True)
+            return None
+
     # -- hooks ---------------------------------------------------------------------
 
     # LangChain's class compacts in ``before_model``; that hook is its own graph
@@ -356,16 +376,16 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
         if plan is None:
             return None
         to_summarize, kept = plan
-        summary = self._create_summary(self._input(to_summarize))
-        return self._result(state, summary, to_summarize, kept)
+        summary = self._summarize(to_summarize)
+        return None if summary is None else self._result(state, summary, to_summarize, kept)
 
     async def aafter_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         plan = self._plan(list(state["messages"]))
         if plan is None:
             return None
         to_summarize, kept = plan
-        summary = await self._acreate_summary(self._input(to_summarize))
-        return self._result(state, summary, to_summarize, kept)
+        summary = await self._asummarize(to_summarize)
+        return None if summary is None else self._result(state, summary, to_summarize, kept)
 
     @staticmethod
     def _compacted_view(
@@ -416,8 +436,8 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
     ) -> ModelCallResult[Any]:
         self._measure(request)
         plan = self._plan(self._state_messages(request))
-        if plan is not None:
-            summary = self._create_summary(self._input(plan[0]))
+        summary = self._summarize(plan[0]) if plan is not None else None
+        if plan is not None and summary is not None:
             request = self._compacted_view(request, summary, plan[0])
         return handler(request)
 
@@ -428,7 +448,7 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
     ) -> ModelCallResult[Any]:
         self._measure(request)
         plan = self._plan(self._state_messages(request))
-        if plan is not None:
-            summary = await self._acreate_summary(self._input(plan[0]))
+        summary = await self._asummarize(plan[0]) if plan is not None else None
+        if plan is not None and summary is not None:
             request = self._compacted_view(request, summary, plan[0])
         return await handler(request)

@@ -208,3 +208,16 @@ def test_wrap_compacts_the_request_view_when_state_is_still_over_the_trigger() -
     middleware.wrap_model_call(_request(list(messages), {}), handler)
     assert [m.id for m in seen if m.id != seen[0].id] == ["u"]
     assert seen[0].name == "summary" and seen[0].text == "SUM"
+
+
+def test_a_failing_summary_model_skips_compaction_instead_of_failing_the_run() -> None:
+    model = ScriptedChatModel.model_validate(
+        {"script": [{"error": {"kind": "status", "status": 400, "message": "bad"}}]}
+    )
+    middleware = SummarizationMiddleware(
+        model=model, summary_model=model, trigger_tokens=200, keep_tokens=60
+    )
+    messages: list[Any] = [HumanMessage("old " * 200, id="old"), AIMessage("x " * 100, id="a1")]
+    messages.append(HumanMessage("latest request", id="u"))
+    messages.append(AIMessage("answer", id="a2"))
+    assert middleware.after_model({"messages": messages}, None) is None  # type: ignore[arg-type]

@@ -67,6 +67,10 @@ bench-checkpointer: install
 .PHONY: bench-chain
 bench-chain: install
 	$(BIN)/python -m bench.chain_overhead
+# One compaction's cost and a 300-turn thread's storage; writes bench/results/long_conversation.md.
+.PHONY: bench-long
+bench-long: install
+	$(BIN)/python -m bench.long_conversation
 # Sandbox providers side by side (local and Kubernetes on the fake cluster).
 .PHONY: bench-sandbox
 bench-sandbox: install

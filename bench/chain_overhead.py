@@ -194,13 +194,29 @@ MEMORY = """
 memory:
   enabled: true
 """
-VARIANTS = {
-    "authorization, guardrails, tool progress": GOVERNANCE,
-    "memory": MEMORY,
+# Issue 15's long-conversation middlewares, all on, in plan mode (summarization
+# never triggers in a 20-step run on a large window: this measures per-step cost).
+LONG_CONVERSATION = """
+summarization: {enabled: true}
+token_usage: {enabled: true}
+token_budget: {enabled: true, max_tokens_per_run: 100000000}
+"""
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "authorization, guardrails, tool progress": (GOVERNANCE, {}),
+    "memory": (MEMORY, {}),
+    "summarization, token usage and budget, plan mode": (
+        LONG_CONVERSATION,
+        {"is_plan_mode": True},
+    ),
 }
 
 
-def chain_inputs(data_root: Path, extra: str = "", name: str = "bench") -> ChainInputs:
+def chain_inputs(
+    data_root: Path,
+    extra: str = "",
+    name: str = "bench",
+    configurable: dict[str, Any] | None = None,
+) -> ChainInputs:
     """A lead run's chain inputs (default config plus ``extra`` YAML), data under ``data_root``."""
     config_path = data_root / f"{name}-config.yaml"
     skill = data_root / "custom-skills" / "bench-skill" / "SKILL.md"
@@ -215,7 +231,9 @@ def chain_inputs(data_root: Path, extra: str = "", name: str = "bench") -> Chain
     settings = load_settings(config_path)
     load_extensions(settings)
     get_skill_registry(settings)  # read once, before the event loop (as the graph factory does)
-    return ChainInputs.from_config(settings, {"configurable": {"thread_id": "bench"}})
+    return ChainInputs.from_config(
+        settings, {"configurable": {"thread_id": "bench", **(configurable or {})}}
+    )
 
 
 def _without_skills(inputs: ChainInputs) -> ChainInputs:
@@ -339,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="deerflow-bench-") as tmp:
         inputs = chain_inputs(Path(tmp))
         variants = {
-            label: chain_inputs(Path(tmp), extra, name=f"variant{index}")
-            for index, (label, extra) in enumerate(VARIANTS.items())
+            label: chain_inputs(Path(tmp), extra, f"variant{index}", configurable)
+            for index, (label, (extra, configurable)) in enumerate(VARIANTS.items())
         }
         rows, ratio, skills_ratio = asyncio.run(measure(args.rounds, args.steps, inputs, variants))
     print(_table(rows))

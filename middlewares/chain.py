@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, TodoListMiddleware
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.runnables import RunnableConfig
 
 from authz.setup import authorizer_for, guardrail_for
@@ -51,7 +51,9 @@ from memory.queue import get_memory_queue
 from memory.recall import MemoryRecall
 from middlewares._skills import SkillChannel
 from middlewares.clarification import ClarificationMiddleware
+from middlewares.completed_subagent_usage import CompletedSubagentUsageMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
+from middlewares.durable_context import DurableContextMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware
 from middlewares.guardrail import GuardrailMiddleware
 from middlewares.input_sanitization import InputSanitizationMiddleware
@@ -68,10 +70,14 @@ from middlewares.sandbox_audit import SandboxAuditMiddleware
 from middlewares.skill_activation import SkillActivationMiddleware
 from middlewares.skill_tool_policy import SkillToolPolicyMiddleware
 from middlewares.subagent_limit import SubagentLimitMiddleware
+from middlewares.summarization import SummarizationMiddleware
 from middlewares.system_message_coalescing import SystemMessageCoalescingMiddleware
 from middlewares.terminal_response import TerminalResponseMiddleware
 from middlewares.thread_data import ThreadDataMiddleware
 from middlewares.title import TitleMiddleware
+from middlewares.todo_list import TodoListMiddleware
+from middlewares.token_budget import TokenBudgetMiddleware
+from middlewares.token_usage import TokenUsageMiddleware
 from middlewares.tool_error_handling import ToolErrorHandlingMiddleware
 from middlewares.tool_output_budget import ToolOutputBudgetMiddleware
 from middlewares.tool_progress import ToolProgressMiddleware
@@ -445,6 +451,44 @@ def _memory(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
     )
 
 
+def _summarization(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
+    """21: the trigger and kept tail are fractions of the *run model's* window."""
+    config = inputs.settings.summarization
+    window = inputs.model.context_window or config.fallback_context_window
+    trigger = config.trigger_tokens or max(2, int(window * config.trigger_fraction))
+    keep = config.keep_tokens or max(1, int(window * config.keep_fraction))
+    summary_model = None
+    if config.model:
+        entry = inputs.settings.model_by_name(config.model)
+        if entry is None:
+            raise ConfigError(f"summarization.model: no model named {config.model!r} in models")
+        summary_model = create_chat_model(entry)
+    return SummarizationMiddleware(
+        model=summary_model or create_chat_model(inputs.model),
+        summary_model=summary_model,
+        trigger_tokens=trigger,
+        keep_tokens=min(keep, trigger - 1),
+        trim_tokens_to_summarize=config.trim_tokens_to_summarize,
+        skills_path_prefix=config.skills_path_prefix,
+        preserve_recent_skill_count=config.preserve_recent_skill_count,
+        preserve_recent_skill_tokens=config.preserve_recent_skill_tokens,
+        preserve_recent_skill_tokens_per_skill=config.preserve_recent_skill_tokens_per_skill,
+        redact_pii=inputs.settings.pii_redaction.enabled,
+    )
+
+
+def _token_budget(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+    config = inputs.settings.token_budget
+    limit = config.max_tokens_per_run
+    if inputs.scope is not AgentScope.LEAD:
+        limit = config.subagent_max_tokens_per_run or limit
+    if not limit:
+        return None
+    # TokenUsage (23) is lead-only: a subagent's budget keeps its own running total.
+    tracked = inputs.scope is AgentScope.LEAD and bool(inputs.settings.token_usage.enabled)
+    return TokenBudgetMiddleware(max_tokens_per_run=limit, usage_tracked=tracked)
+
+
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
     settings = inputs.settings
     return LLMErrorHandlingMiddleware.from_config(
@@ -513,10 +557,18 @@ FACTORIES: dict[str, Factory] = {
     # context for subagents, merged by the coalescer right after it (spec 30);
     # memory recall for the lead when memory is on.
     "DynamicContextMiddleware": _dynamic_context,
-    "MemoryMiddleware": _memory,  # 25
     "SkillActivationMiddleware": _skill_middleware(SkillActivationMiddleware),  # 18
     "SkillToolPolicyMiddleware": _skill_middleware(SkillToolPolicyMiddleware),  # 19
-    "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
+    "DurableContextMiddleware": lambda i: DurableContextMiddleware(),  # 20
+    "SummarizationMiddleware": _summarization,  # 21
+    "TodoListMiddleware": lambda i: TodoListMiddleware(  # 22 (plan mode)
+        completion_reminders=i.settings.todo.completion_reminders,
+        window_reminder=i.settings.todo.window_reminder,
+    ),
+    "TokenUsageMiddleware": lambda i: TokenUsageMiddleware(),  # 23
+    "MemoryMiddleware": _memory,  # 25
+    "TokenBudgetMiddleware": _token_budget,  # 33
+    "CompletedSubagentUsageMiddleware": lambda i: CompletedSubagentUsageMiddleware(),  # 33
     "TitleMiddleware": _title,  # 24
     "ClarificationMiddleware": lambda i: ClarificationMiddleware(  # 40
         mode=i.settings.clarification.mode

@@ -7,7 +7,8 @@ to the *next* model request once the tool results are back (appending earlier
 would split an AI tool call from its ToolMessage). On the hard limit it rewrites
 the answer: every tool call is removed (structured, raw and content-block, via
 ``clone_ai_message_with_tool_calls``), a visible note is appended and the
-message is stamped ``stop_reason: "loop_capped"``, so the run ends with text.
+message is stamped ``stop_reason: "loop_capped"`` (``consume_stop_reason``, shared
+with TokenBudget), so the run ends with text.
 
 Counts are per run and live in this instance (never in state): a new user run
 starts from zero (``before_agent`` resets), and warnings never get checkpointed.
@@ -31,12 +32,12 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from middlewares._run_scope import current_run_key, emit_event, is_subagent_run
-from middlewares.model_response import append_visible_text
-from middlewares.tool_call_args import clone_ai_message_with_tool_calls
+from middlewares._stop_reason import consume_stop_reason
+from subagents.contract import StopReason
 
 __all__ = ["LOOP_STOP_REASON", "LoopDetectionMiddleware", "tool_call_fingerprint"]
 
-LOOP_STOP_REASON = "loop_capped"
+LOOP_STOP_REASON: StopReason = "loop_capped"
 EVENT_TYPE = "middleware:loop_detection"
 
 _WARNING = (
@@ -229,17 +230,8 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any]):
             return None
         name, count = hard
         self._publish("hard_stop", name, count, "hard_limit")
-        stopped = clone_ai_message_with_tool_calls(message, [])
-        stopped = append_visible_text(stopped, _HARD_STOP.format(tool=name, count=count or "many"))
-        stopped = stopped.model_copy(
-            update={
-                "additional_kwargs": {
-                    **(stopped.additional_kwargs or {}),
-                    "stop_reason": LOOP_STOP_REASON,
-                }
-            }
-        )
-        return {"messages": [stopped]}
+        note = _HARD_STOP.format(tool=name, count=count or "many")
+        return {"messages": [consume_stop_reason(message, LOOP_STOP_REASON, note)]}
 
     def _publish(self, phase: str, tool: str, count: int, rule: str) -> None:
         emit_event(

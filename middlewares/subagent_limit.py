@@ -10,8 +10,8 @@ calls are captured in the ledger as ``pending`` entries tagged with the run id:
 repeated planning in one run shares the budget, and a later user run starts
 afresh.
 
-Before a run starts it also closes earlier runs' unanswered delegations
-(``cancel_orphaned_delegations``): their run is over, so they were cancelled.
+Closing earlier runs' unanswered delegations on a new user turn belongs to
+DurableContextMiddleware (20), which is always installed (spec 20).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from runtime.state import ThreadState
 from subagents.contract import TASK_TOOL_NAME
 from subagents.ledger import (
     Delegation,
-    cancel_orphaned_delegations,
     current_run_id,
     delegation_key,
     read_delegations,
@@ -106,23 +105,6 @@ class SubagentLimitMiddleware(AgentMiddleware[ThreadState, Any]):
             "max_total_per_run": self.limits.max_total_per_run,
             "max_concurrent": self.limits.max_concurrent,
         }
-
-    # -- before_agent: close earlier runs' orphans ---------------------------------
-
-    def _before(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
-        entries = read_delegations(state)
-        if not entries:
-            return None
-        updates = cancel_orphaned_delegations(entries, _run_id(), state.get("messages") or [])
-        return {"delegations": updates} if updates else None
-
-    def before_agent(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._before(state)
-
-    async def abefore_agent(
-        self, state: ThreadState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        return self._before(state)
 
     # -- after_model: cap and capture ----------------------------------------------
 

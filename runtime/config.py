@@ -64,7 +64,11 @@ __all__ = [
     "Settings",
     "SubagentTypeConfig",
     "SubagentsConfig",
+    "SummarizationConfig",
     "TitleConfig",
+    "TodoConfig",
+    "TokenBudgetConfig",
+    "TokenUsageConfig",
     "ToolConfig",
     "ToolOutputConfig",
     "ToolProgressConfig",
@@ -1065,6 +1069,65 @@ class MemoryConfig(_Section):
     recall_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
     max_memories_per_user: int = Field(default=1000, ge=1, le=100_000)
     max_memory_chars: int = Field(default=500, ge=20, le=5000)
+class SummarizationConfig(_Section):
+    """SummarizationMiddleware (21): compact the history near the model's context window.
+
+    The trigger and the kept tail are fractions of the *run model's*
+    ``context_window`` (a token count wins when set); ``model`` only writes the
+    summary. Skill-bundle rescue keeps recent ``/mnt/skills`` reads verbatim.
+    """
+
+    enabled: bool = False
+    model: str | None = Field(
+        default=None, description="a `models` entry that writes summaries; null = the run model"
+    )
+    trigger_fraction: float = Field(default=0.8, gt=0, le=1)
+    trigger_tokens: int | None = Field(default=None, ge=1)
+    keep_fraction: float = Field(default=0.3, gt=0, lt=1)
+    keep_tokens: int | None = Field(default=None, ge=1)
+    fallback_context_window: int = Field(
+        default=128_000, ge=256, description="used when the run model declares no context_window"
+    )
+    trim_tokens_to_summarize: int | None = Field(default=4000, ge=1)
+    skills_path_prefix: str = "/mnt/skills"
+    preserve_recent_skill_count: int = Field(default=5, ge=0)
+    preserve_recent_skill_tokens: int = Field(default=25_000, ge=0)
+    preserve_recent_skill_tokens_per_skill: int = Field(default=5_000, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SummarizationConfig:
+        if self.keep_fraction >= self.trigger_fraction:
+            raise ValueError("summarization: keep_fraction must be below trigger_fraction")
+        if self.trigger_tokens and self.keep_tokens and self.keep_tokens >= self.trigger_tokens:
+            raise ValueError("summarization: keep_tokens must be below trigger_tokens")
+        return self
+
+
+class TodoConfig(_Section):
+    """TodoListMiddleware (22, plan mode): DeerFlow's reminders around ``write_todos``."""
+
+    completion_reminders: int = Field(
+        default=1, ge=0, description="jump-backs per run when the model stops with open todos"
+    )
+    window_reminder: bool = Field(
+        default=True, description="remind when the live todos' write_todos left the window"
+    )
+
+
+class TokenUsageConfig(_Section):
+    """TokenUsageMiddleware (23): per-run token usage in state, metadata and an event."""
+
+    enabled: bool = False
+
+
+class TokenBudgetConfig(_Section):
+    """TokenBudgetMiddleware (33): stop a run that spends more than its budget."""
+
+    enabled: bool = False
+    max_tokens_per_run: int | None = Field(default=None, ge=1)
+    subagent_max_tokens_per_run: int | None = Field(
+        default=None, ge=1, description="a subagent run's own budget; null = max_tokens_per_run"
+    )
 
 
 class Settings(_Section):
@@ -1099,6 +1162,10 @@ class Settings(_Section):
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
     tool_progress: ToolProgressConfig = Field(default_factory=ToolProgressConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    summarization: SummarizationConfig = Field(default_factory=SummarizationConfig)
+    todo: TodoConfig = Field(default_factory=TodoConfig)
+    token_usage: TokenUsageConfig = Field(default_factory=TokenUsageConfig)
+    token_budget: TokenBudgetConfig = Field(default_factory=TokenBudgetConfig)
 
     @field_validator("models")
     @classmethod

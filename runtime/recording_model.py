@@ -131,6 +131,8 @@ class RecordingChatModel(ScriptedChatModel):
         bound = self.model_copy()
         bound._failed_attempts = self._failed_attempts
         bound._attempts_lock = self._attempts_lock
+        bound._calls = self._calls
+        bound._nonce = self._nonce
         bound._bound_tools = list(tools)
         bound._bind_kwargs = {"tool_choice": tool_choice, **kwargs} if tool_choice else dict(kwargs)
         return bound

@@ -4,6 +4,14 @@ Why stateless: the turn played is chosen by how many AI messages the request
 already holds, so the same script gives the same run in any process, after a
 server restart, and under ``langgraph dev``'s worker model.
 
+Two options serve long conversations, where summarization removes AI messages
+and the count stops meaning "turn": ``turn_by: calls`` picks the turn by a
+counter of answered calls on the instance (shared by its ``bind_tools``
+copies; the server builds a model per run, so it counts within a run), and
+``cycle_from: N`` replays turns N.. of the script once it is exhausted, so a
+short script drives hundreds of steps. Tool call ids then carry a per-instance
+nonce so they never repeat in a thread.
+
 A turn may also fail like a real provider (``error`` / ``errors``: HTTP statuses
 with or without ``Retry-After``, timeouts, connection errors, status-less
 in-stream errors) or answer in an odd shape (content blocks, invalid tool calls,
@@ -18,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -227,9 +236,19 @@ class ScriptedChatModel(BaseChatModel):
     script_path: str | None = None
     exhausted_text: str = EXHAUSTED_TEXT
     model_name: str = "scripted"
+    turn_by: Literal["ai_messages", "calls"] = "ai_messages"
+    cycle_from: int | None = Field(default=None, ge=0)
 
     _failed_attempts: dict[int, int] = PrivateAttr(default_factory=dict)
     _attempts_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _calls: list[int] = PrivateAttr(default_factory=lambda: [0])
+    _nonce: str = PrivateAttr(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    @model_validator(mode="after")
+    def _cycle_in_script(self) -> ScriptedChatModel:
+        if self.cycle_from is not None and self.cycle_from >= len(self.script):
+            raise ValueError("cycle_from must index a turn of the script")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -257,8 +276,30 @@ class ScriptedChatModel(BaseChatModel):
         """Tools do not change a scripted answer, so binding returns the model."""
         return self
 
-    def turn_index(self, messages: Sequence[BaseMessage]) -> int:
+    def raw_turn(self, messages: Sequence[BaseMessage]) -> int:
+        """The turn count before cycling: AI messages in the request, or answered calls."""
+        if self.turn_by == "calls":
+            with self._attempts_lock:
+                return self._calls[0]
         return sum(1 for m in messages if isinstance(m, AIMessage))
+
+    def turn_index(self, messages: Sequence[BaseMessage]) -> int:
+        index = self.raw_turn(messages)
+        start = self.cycle_from
+        if start is not None and index >= len(self.script):
+            index = start + (index - start) % (len(self.script) - start)
+        return index
+
+    def _answered(self) -> None:
+        if self.turn_by == "calls":
+            with self._attempts_lock:
+                self._calls[0] += 1
+
+    def _call_id(self, messages: Sequence[BaseMessage], position: int) -> str:
+        raw = self.raw_turn(messages)
+        if self.turn_by == "calls" or self.cycle_from is not None:
+            return f"call_{self._nonce}_{raw}_{position}"
+        return f"call_{raw}_{position}"
 
     def _pending_error(self, messages: Sequence[BaseMessage]) -> ScriptedError | None:
         """The failure this attempt must raise, if any (consumes one of ``errors``)."""
@@ -291,7 +332,7 @@ class ScriptedChatModel(BaseChatModel):
                 {
                     "name": call.name,
                     "args": call.args,
-                    "id": call.id or f"call_{index}_{position}",
+                    "id": call.id or self._call_id(messages, position),
                     "type": "tool_call",
                 }
                 for position, call in enumerate(turn.tool_calls)
@@ -334,7 +375,9 @@ class ScriptedChatModel(BaseChatModel):
         error = self._pending_error(messages)
         if error is not None:
             raise make_provider_error(error)
-        return ChatResult(generations=[ChatGeneration(message=self._message_for(messages))])
+        message = self._message_for(messages)
+        self._answered()
+        return ChatResult(generations=[ChatGeneration(message=message)])
 
     async def _agenerate(
         self,
@@ -348,6 +391,8 @@ class ScriptedChatModel(BaseChatModel):
     def _chunks(self, messages: Sequence[BaseMessage]) -> Iterator[AIMessageChunk]:
         error = self._pending_error(messages)
         message = self._message_for(messages)
+        if error is None:
+            self._answered()
         if isinstance(message.content, str):
             text = message.text
             pieces: list[Any] = _TOKEN.findall(text) if text else []

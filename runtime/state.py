@@ -20,6 +20,7 @@ __all__ = [
     "last_sandbox",
     "merge_artifacts",
     "merge_skill_context",
+    "merge_run_usage",
     "merge_viewed_images",
 ]
 
@@ -105,6 +106,20 @@ def merge_skill_context(
                 "description": description if isinstance(description, str) else "",
             }
     return list(result.values())[-MAX_SKILL_CONTEXT:]
+_MAX_USAGE_RUNS = 64
+
+
+def merge_run_usage(existing: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
+    """Per-run token usage (TokenUsageMiddleware): a run's entry is replaced whole,
+    the newest ``_MAX_USAGE_RUNS`` runs are kept; malformed values are ignored."""
+    result = dict(existing) if isinstance(existing, dict) else {}
+    for run_id, usage in new.items() if isinstance(new, dict) else ():
+        if isinstance(run_id, str) and isinstance(usage, dict):
+            result.pop(run_id, None)
+            result[run_id] = usage
+    while len(result) > _MAX_USAGE_RUNS:
+        result.pop(next(iter(result)))
+    return result
 
 
 class ThreadState(AgentState[Any]):
@@ -119,3 +134,5 @@ class ThreadState(AgentState[Any]):
     # Skills loaded in this thread (SkillActivation/SkillToolPolicy write it on
     # activation and on reads of a SKILL.md; DurableContext projects it).
     skill_context: NotRequired[Annotated[list[dict[str, str]], merge_skill_context]]
+    # Token usage per run id, written at run end (TokenUsageMiddleware, 23).
+    token_usage: NotRequired[Annotated[dict[str, Any], merge_run_usage]]

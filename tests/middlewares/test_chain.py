@@ -118,6 +118,7 @@ REAL_LEAD_DEFAULT: list[str] = [
     "DynamicContextMiddleware",  # always installed (issue 19.5)
     "SkillActivationMiddleware",  # skills are on by default
     "SkillToolPolicyMiddleware",
+    "DurableContextMiddleware",  # 20: always installed
     "TitleMiddleware",
     "SystemMessageCoalescingMiddleware",
     "SubagentLimitMiddleware",  # subagents are on by default
@@ -133,6 +134,7 @@ REAL_SUBAGENT_DEFAULT: list[str] = [
         for name in REAL_LEAD_DEFAULT[: REAL_LEAD_DEFAULT.index("ToolErrorHandlingMiddleware") + 1]
         if name != "UploadsMiddleware"
     ),
+    "DurableContextMiddleware",  # immediately before subagent summarization
     "LoopDetectionMiddleware",
     "ModelContentCompatibilityMiddleware",
     "TerminalResponseMiddleware",

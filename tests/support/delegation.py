@@ -89,6 +89,7 @@ async def run_lead(
     configurable: dict[str, Any] | None = None,
     state: dict[str, Any] | None = None,
     events: list[dict[str, Any]] | None = None,
+    recursion_limit: int | None = None,
 ) -> LeadRun:
     """One lead-agent run through a real ``create_agent`` graph, collecting custom events."""
     if isinstance(settings, Path):
@@ -99,6 +100,8 @@ async def run_lead(
         **(configurable or {}),
     }
     config: dict[str, Any] = {"configurable": config_values}
+    if recursion_limit is not None:
+        config["recursion_limit"] = recursion_limit
     graph = build_lead_agent(settings, config)  # type: ignore[arg-type]
     graph.checkpointer = checkpointer or InMemorySaver()
     events = [] if events is None else events

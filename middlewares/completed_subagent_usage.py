@@ -24,6 +24,8 @@ __all__ = ["CompletedSubagentUsageMiddleware"]
 class CompletedSubagentUsageMiddleware(AgentMiddleware[ThreadState, Any]):
     """Backfill terminal child usage into the run's totals ahead of the token budget."""
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     state_schema = ThreadState
 
     def release_policy_parameters(self) -> dict[str, Any]:

@@ -249,6 +249,8 @@ def capture_durable_context(
 class DurableContextMiddleware(AgentMiddleware[ThreadState, Any]):
     """Keep delegations and skill references visible to the model across compaction."""
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     state_schema = ThreadState
 
     def __init__(self, *, max_delegations: int = 20, max_skills: int = 20) -> None:

@@ -119,6 +119,8 @@ def _pinned(message: BaseMessage) -> bool:
 class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
     """Compact old history into one summary message near the model's context window."""
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     def __init__(
         self,
         *,

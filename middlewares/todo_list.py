@@ -76,6 +76,8 @@ def _reminder(kind: str, items: list[str]) -> HumanMessage:
 class TodoListMiddleware(LangChainTodoList):  # type: ignore[type-arg]
     """Plan mode's todo list, with window and completion reminders."""
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     def __init__(self, *, completion_reminders: int = 1, window_reminder: bool = True) -> None:
         super().__init__()
         if completion_reminders < 0:

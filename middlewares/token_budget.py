@@ -52,6 +52,8 @@ def budget_note(spent: int, limit: int) -> str:
 class TokenBudgetMiddleware(AgentMiddleware[ThreadState, Any]):
     """End a run with a visible note once it has spent ``max_tokens_per_run`` tokens."""
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     state_schema = ThreadState
 
     def __init__(self, *, max_tokens_per_run: int, usage_tracked: bool = False) -> None:

@@ -94,6 +94,8 @@ def attribute_update(state: Mapping[str, Any]) -> dict[str, Any] | None:
 class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
     """Record per-run token usage on each answer, in state at run end and as an event."""
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     state_schema = ThreadState
 
     def __init__(self, *, emit_events: bool = True) -> None:

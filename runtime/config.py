@@ -1069,6 +1069,8 @@ class MemoryConfig(_Section):
     recall_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
     max_memories_per_user: int = Field(default=1000, ge=1, le=100_000)
     max_memory_chars: int = Field(default=500, ge=20, le=5000)
+
+
 class SummarizationConfig(_Section):
     """SummarizationMiddleware (21): compact the history near the model's context window.
 

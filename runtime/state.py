@@ -19,8 +19,8 @@ __all__ = [
     "ViewedImage",
     "last_sandbox",
     "merge_artifacts",
-    "merge_skill_context",
     "merge_run_usage",
+    "merge_skill_context",
     "merge_viewed_images",
 ]
 
@@ -106,6 +106,8 @@ def merge_skill_context(
                 "description": description if isinstance(description, str) else "",
             }
     return list(result.values())[-MAX_SKILL_CONTEXT:]
+
+
 _MAX_USAGE_RUNS = 64
 
 

@@ -344,7 +344,7 @@ def test_real_chains_with_every_optional_middleware_on(tmp_path: Path) -> None:
         "PiiRedactionMiddleware": "ToolResultSanitizationMiddleware",
         "GuardrailMiddleware": "ToolReceiptMiddleware",  # 11, inside the receipt layer
         "ToolProgressMiddleware": "ReadBeforeWriteMiddleware",  # 14, outside error handling
-        "TodoListMiddleware": "SkillToolPolicyMiddleware",
+        "TodoListMiddleware": "DurableContextMiddleware",
         "SafetyFinishReasonMiddleware": "ModelLengthFinishReasonMiddleware",
     }
     for name, after in optional.items():

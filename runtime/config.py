@@ -474,6 +474,17 @@ class KubernetesSandboxConfig(_Section):
         default=64, ge=2, le=1024, description="threads for execs (one per running command)"
     )
     network: KubernetesNetworkConfig = Field(default_factory=KubernetesNetworkConfig)
+    replica_id: str | None = Field(
+        default=None,
+        max_length=128,
+        description="this server replica's name in pod holder annotations and the Lease "
+        "(None: the pod's HOSTNAME plus a random suffix)",
+    )
+    lease_duration_seconds: float = Field(
+        default=60,
+        gt=0,
+        description="the maintenance Lease and a pod's holder heartbeat expire after this",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> KubernetesSandboxConfig:

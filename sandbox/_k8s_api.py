@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import os
+import secrets
 import time
 import zlib
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from kubernetes.client.exceptions import ApiException
 from runtime.config import KubernetesSandboxConfig, SandboxConfig
 from sandbox import _pod_agent
 from sandbox._k8s_pods import (
+    ANN_HEARTBEAT,
+    ANN_HOLDER,
     ANN_LAST_ACTIVITY,
     ANN_THREAD_ID,
     ANN_USER_ID,
@@ -158,6 +161,12 @@ class _ProviderBase:
         self._replenishing = False
         self._closed = False
         self.last_reconcile: dict[str, list[str]] = {}
+        # Several server replicas share the namespace: each names itself in the
+        # holder annotation of the pods it uses; one at a time holds the Lease.
+        self.replica_id = config.replica_id or (
+            f"{os.environ.get('HOSTNAME') or 'replica'}-{secrets.token_hex(4)}"
+        )
+        self.is_leader = False
 
     async def _connect(self) -> None:
         if self._core is not None:
@@ -215,6 +224,10 @@ class _ProviderBase:
         return await loop.run_in_executor(
             self._exec_executor, functools.partial(fn, *args, **kwargs)
         )
+
+    @property
+    def _coordination(self) -> client.CoordinationV1Api:
+        return client.CoordinationV1Api(self._api.api_client)
 
     @property
     def _api(self) -> client.CoreV1Api:
@@ -310,6 +323,8 @@ class _ProviderBase:
                 "labels": {LABEL_STATE: STATE_ACTIVE, LABEL_SANDBOX: entry.key},
                 "annotations": {
                     ANN_LAST_ACTIVITY: format_time(self._clock()),
+                    ANN_HOLDER: self.replica_id,
+                    ANN_HEARTBEAT: format_time(self._clock()),
                     ANN_USER_ID: entry.user_id,
                     ANN_THREAD_ID: entry.thread_id,
                 },

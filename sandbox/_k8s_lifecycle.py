@@ -14,10 +14,13 @@ from kubernetes.client.exceptions import ApiException
 from sandbox._k8s_api import _api_error, _Conflict, _Entry, _NotFound
 from sandbox._k8s_maintenance import _Maintenance
 from sandbox._k8s_pods import (
+    ANN_HEARTBEAT,
+    ANN_HOLDER,
     LABEL_STATE,
     STATE_ACTIVE,
     STATE_IDLE,
     PodView,
+    format_time,
     pod_manifest,
     pvc_manifest,
 )
@@ -73,16 +76,38 @@ class _Lifecycle(_Maintenance):
             entry.recreated = True
         entry.had_pod = True
 
+    async def _live_pods(self) -> list[PodView]:
+        return [p for p in await self._list_pods() if not p.terminating and not p.dead]
+
     async def _check_cap(self) -> None:
-        if self._pod_count < self.config.max_pods:
-            return
-        # The local count may be stale (pods deleted elsewhere): recount before refusing.
-        self._pod_count = len([p for p in await self._list_pods() if not p.terminating])
-        if self._pod_count >= self.config.max_pods:
-            raise SandboxError(
-                f"the sandbox pod limit is reached ({self.config.max_pods} live pods in "
-                f"namespace {self.config.namespace!r}); try again when other threads go idle"
-            )
+        """Refuse a new pod when the cluster already runs ``max_pods`` of this deployment.
+
+        Counted from the API (by label), never from memory: other replicas
+        create pods too.
+        """
+        live = await self._live_pods()
+        self._pod_count = len(live)
+        if len(live) >= self.config.max_pods:
+            raise self._cap_error()
+
+    async def _hold_cap(self, name: str) -> None:
+        """After creating ``name``: if replicas raced past the cap, the newest pods yield.
+
+        Every replica orders the live pods the same way (creation time, then
+        name), so exactly the pods beyond ``max_pods`` delete themselves.
+        """
+        live = sorted(await self._live_pods(), key=lambda p: (p.created or 0.0, p.name))
+        self._pod_count = len(live)
+        order = [p.name for p in live]
+        if name in order and order.index(name) >= self.config.max_pods:
+            await self._delete_pod(name)
+            raise self._cap_error()
+
+    def _cap_error(self) -> SandboxError:
+        return SandboxError(
+            f"the sandbox pod limit is reached ({self.config.max_pods} live pods in "
+            f"namespace {self.config.namespace!r}); try again when other threads go idle"
+        )
 
     async def _create_and_wait(self, entry: _Entry, deadline: float) -> None:
         await self._check_cap()
@@ -98,6 +123,9 @@ class _Lifecycle(_Maintenance):
             user_id=entry.user_id,
             thread_id=entry.thread_id,
             pvc_name=pvc_name,
+        )
+        manifest["metadata"]["annotations"].update(
+            {ANN_HOLDER: self.replica_id, ANN_HEARTBEAT: format_time(self._clock())}
         )
         for _attempt in range(2):
             try:
@@ -125,6 +153,7 @@ class _Lifecycle(_Maintenance):
                 entry.pod_name = pod.name
                 return
             self._pod_count += 1
+            await self._hold_cap(created.name)
             if created.ready:
                 entry.pod_name = created.name
                 return

@@ -32,6 +32,8 @@ from auth.identity import make_safe_user_id
 from runtime.config import Settings
 from sandbox._k8s_api import _Entry, _NotFound
 from sandbox._k8s_pods import (
+    ANN_HEARTBEAT,
+    ANN_HOLDER,
     ANN_LAST_ACTIVITY,
     LABEL_STATE,
     STATE_IDLE,
@@ -343,7 +345,11 @@ class KubernetesSandboxProvider(_Transfer, SandboxProvider):
                 {
                     "metadata": {
                         "labels": {LABEL_STATE: STATE_IDLE},
-                        "annotations": {ANN_LAST_ACTIVITY: format_time(now)},
+                        "annotations": {
+                            ANN_LAST_ACTIVITY: format_time(now),
+                            ANN_HOLDER: None,
+                            ANN_HEARTBEAT: None,
+                        },
                     }
                 },
             )
@@ -362,7 +368,9 @@ class KubernetesSandboxProvider(_Transfer, SandboxProvider):
         self._started = False
 
     async def aclose(self) -> None:
-        """Stop background work and release the thread pool (shutdown)."""
+        """Stop background work, hand the Lease on and release the thread pools (shutdown)."""
+        await self._stop_background()
+        await self._release_lease()
         await self.reset()
         self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)

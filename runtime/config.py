@@ -847,6 +847,19 @@ class SafetyFinishReasonConfig(_Section):
     )
 
 
+class FilesConfig(_Section):
+    """Where thread files (uploads, outputs, workspaces, externalised tool results) live.
+
+    ``local``: the data root on this machine's disk (development, one
+    process). ``shared``: the data root is a directory every server replica
+    and queue worker mounts (a ReadWriteMany volume); it must be an absolute
+    path, and the server refuses to start when it is missing or read-only,
+    rather than write files only one replica sees.
+    """
+
+    backend: Literal["local", "shared"] = "local"
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -872,6 +885,16 @@ class Settings(_Section):
     llm_error_handling: LLMErrorHandlingConfig = Field(default_factory=LLMErrorHandlingConfig)
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
+    files: FilesConfig = Field(default_factory=FilesConfig)
+
+    @model_validator(mode="after")
+    def _shared_files_root(self) -> Settings:
+        if self.files.backend == "shared" and not Path(self.data_root).expanduser().is_absolute():
+            raise ValueError(
+                "files.backend 'shared' needs an absolute data_root (the mount path of the "
+                "volume every replica shares)"
+            )
+        return self
 
     @field_validator("models")
     @classmethod
@@ -900,6 +923,7 @@ class Settings(_Section):
 # Environment variables that override single config keys. Later issues add rows.
 ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_DATA_ROOT": ("data_root",),
+    "DEERFLOW_FILES_BACKEND": ("files", "backend"),
     "DEERFLOW_POSTGRES_URI": ("database", "uri"),
     "DEERFLOW_POSTGRES_SCHEMA": ("database", "schema"),
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),

@@ -22,6 +22,7 @@ How it works, briefly:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -359,6 +360,34 @@ class KubernetesSandboxProvider(_Transfer, SandboxProvider):
             entry.verify = True
         except SandboxError as exc:
             logger.warning("could not mark sandbox pod %s idle: %s", entry.pod_name, exc)
+
+    @property
+    def in_use(self) -> int:
+        return sum(1 for entry in self._entries.values() if entry.refcount > 0)
+
+    async def delete_thread(self, thread_id: str, *, user_id: str) -> None:
+        """Delete the thread's pod (a claimed warm pod too) and its workspace volume."""
+        for label, value in (("user_id", user_id), ("thread_id", thread_id)):
+            if not isinstance(value, str) or not value or make_safe_user_id(value) != value:
+                raise SandboxError(f"unsafe {label} {value!r} for a sandbox")
+        await self._connect()
+        key = sandbox_key(self.config.server_id, user_id, thread_id)
+        sandbox_id = sandbox_name(key)
+        entry = self._entries.pop(sandbox_id, None)
+        self._sandboxes.pop(sandbox_id, None)
+        names = {sandbox_id} | {p.name for p in await self._list_pods() if p.key == key}
+        if entry is not None:
+            names.add(entry.pod_name)
+        for name in sorted(names):
+            await self._delete_pod(name)
+        if self.config.workspace.type == "pvc":
+            with contextlib.suppress(_NotFound):
+                await self._pod_call(
+                    "delete a workspace volume claim",
+                    self._api.delete_namespaced_persistent_volume_claim,
+                    f"{sandbox_id}-data",
+                    self.config.namespace,
+                )
 
     async def reset(self) -> None:
         """Forget every sandbox and stop background work; pods stay for the reaper."""

@@ -208,3 +208,78 @@ async def test_replica_reconciliation_has_one_owner(replicas: Callable[..., Any]
         await a.aclose()
         assert await b._lead()
         assert fake.lease(NS, a.lease_name)["spec"]["holderIdentity"] == b.replica_id  # type: ignore[index]
+
+
+async def test_deleting_a_thread_removes_its_pod_and_volume_on_any_replica(
+    replicas: Callable[..., Any],
+) -> None:
+    async with replicas(workspace={"type": "pvc"}) as (a, b, fake, _clock):
+        gone = await a.acquire("t1", user_id="alice")
+        kept = await a.acquire("t2", user_id="alice")
+        await a.release(gone)
+        assert fake.count("pvc-create") == 2
+        # The thread is deleted through replica B (another API pod).
+        await b.delete_thread("t1", user_id="alice")
+        assert gone not in _live(fake) and kept in _live(fake)
+        assert fake.count("pvc-delete") == 1
+        claims = {
+            key[2]
+            for key, obj in fake.objects.items()
+            if getattr(key[0], "plural", None) == "persistentvolumeclaims" and not obj.deleted
+        }
+        assert claims == {f"{kept}-data"}
+        await b.delete_thread("t1", user_id="alice")  # idempotent
+        with pytest.raises(SandboxError, match="unsafe"):
+            await b.delete_thread("../t2", user_id="alice")
+
+
+async def test_shutdown_releases_sandboxes_only_after_runs_drain(
+    replicas: Callable[..., Any],
+) -> None:
+    from app.server import release_after_drain
+
+    async with replicas() as (a, _b, fake, _clock):
+        sandbox_id = await a.acquire("t1", user_id="alice")
+        sandbox = a.get(sandbox_id)
+        assert sandbox is not None
+        closing = asyncio.create_task(release_after_drain(a, timeout=30, poll=0.02))
+        await asyncio.sleep(0.2)
+        assert not closing.done()  # the run still holds its sandbox: not closed
+        assert a.in_use == 1
+        assert (await sandbox.execute_command("echo draining")).output == "draining\n"
+        await a.release(sandbox_id)  # the run finished draining
+        assert await asyncio.wait_for(closing, 5) is True
+        with pytest.raises(SandboxError, match="closed"):
+            await a.acquire("t2", user_id="alice")
+        # The Lease was handed on at close: another replica leads at once.
+        lease = fake.lease(NS, a.lease_name)
+        assert lease is not None and not lease["spec"].get("holderIdentity")
+
+
+async def test_shutdown_gives_up_waiting_after_the_drain_period(
+    replicas: Callable[..., Any],
+) -> None:
+    from app.server import release_after_drain
+
+    async with replicas() as (a, _b, _fake, _clock):
+        await a.acquire("t1", user_id="alice")
+        assert await release_after_drain(a, timeout=0.1, poll=0.02) is False
+
+
+async def test_the_servers_lifespan_exits_after_ours() -> None:
+    """Why the drain wait exists: the server's lifespan wraps the app's one."""
+    from langgraph_api.timing import combine_lifespans
+
+    order: list[str] = []
+
+    def tracked(name: str) -> Any:
+        @contextlib.asynccontextmanager
+        async def lifespan(_: Any) -> AsyncIterator[None]:
+            yield
+            order.append(name)
+
+        return lifespan
+
+    async with combine_lifespans(tracked("server"), tracked("ours"))(None):
+        pass
+    assert order == ["ours", "server"]

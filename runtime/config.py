@@ -33,6 +33,7 @@ from pydantic import (
 __all__ = [
     "BUILTIN_SUBAGENT_TYPES",
     "ENV_OVERRIDES",
+    "OWN_SCHEMA",
     "PROJECT_ROOT",
     "ApiKeyEntry",
     "AuthConfig",
@@ -66,6 +67,8 @@ __all__ = [
     "import_object",
     "load_settings",
     "reset_settings_cache",
+    "same_database",
+    "with_own_schema",
 ]
 
 logger = logging.getLogger(__name__)
@@ -1008,6 +1011,57 @@ def _apply_env_overrides(data: dict[str, Any]) -> None:
         node[key_path[-1]] = value
 
 
+# Where our checkpointer and store keep their tables when they share a
+# database with the LangGraph Server: never ``public``, where the licensed
+# server's own runtime keeps tables of the same names (``checkpoints*``,
+# ``store``) under its own migrations.
+OWN_SCHEMA = "deerflow"
+
+
+def same_database(first: str | None, second: str | None) -> bool:
+    """Whether two Postgres URIs name the same database (host, port, dbname)."""
+    if not first or not second:
+        return False
+    try:
+        a, b = conninfo_to_dict(first), conninfo_to_dict(second)
+    except psycopg.Error:
+        return False  # e.g. ``:memory:`` under ``langgraph dev``
+
+    def target(d: dict[str, Any]) -> tuple[str, str, str]:
+        return (
+            str(d.get("host") or d.get("hostaddr") or "localhost"),
+            str(d.get("port") or "5432"),
+            str(d.get("dbname") or d.get("user") or ""),
+        )
+
+    return target(a) == target(b)
+
+
+def with_own_schema(settings: Settings, server_uri: str | None) -> Settings:
+    """Default ``database.schema`` to ``OWN_SCHEMA`` when our URI is the server's database.
+
+    An explicit ``database.schema`` is kept, unless it is ``public`` on the
+    server's database: that is refused (the tables would collide).
+    """
+    db = settings.database
+    if not same_database(db.uri, server_uri):
+        return settings
+    if db.schema_name is None:
+        logger.info(
+            "database: DEERFLOW_POSTGRES_URI is the server's database; using schema %r",
+            OWN_SCHEMA,
+        )
+        database = db.model_copy(update={"schema_name": OWN_SCHEMA})
+        return settings.model_copy(update={"database": database})
+    if db.schema_name == "public":
+        raise ConfigError(
+            "database.schema is 'public' on the LangGraph Server's own database "
+            "(DATABASE_URI): our checkpoints and store tables would collide with the "
+            f"server's; use another schema (default {OWN_SCHEMA!r})"
+        )
+    return settings
+
+
 def _format_validation_error(source: str, error: ValidationError, data: dict[str, Any]) -> str:
     lines = []
     for item in error.errors():
@@ -1077,6 +1131,7 @@ def load_settings(path: Path | None = None) -> Settings:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(label, exc, data)) from None
+    settings = with_own_schema(settings, os.environ.get("DATABASE_URI"))
     for index, entry in enumerate(settings.models):
         cls = import_object(entry.use, what=f"models[{index}] (model {entry.name!r}) use")
         if not isinstance(cls, type):

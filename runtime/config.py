@@ -419,7 +419,9 @@ class KubernetesNetworkConfig(_Section):
     committed manifest). Cloud metadata addresses are always denied.
     """
 
-    allow_dns: bool = True
+    allow_dns: bool = Field(
+        default=False, description="the provider needs no DNS in the pod; off by default"
+    )
     egress: list[KubernetesEgressRule] = Field(default_factory=list)
 
 

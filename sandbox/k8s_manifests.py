@@ -54,9 +54,13 @@ def _ip_block(cidr: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: {cidr!r} is not a CIDR ({exc})") from None
     excepted: list[str] = []
     private = [ipaddress.ip_network(raw) for raw in PRIVATE_RANGES]
-    for block in private:
-        if block.version == network.version and block.subnet_of(network) and block != network:  # type: ignore[arg-type]
-            excepted.append(str(block))
+    for reserved in private:
+        if (
+            reserved.version == network.version
+            and reserved != network
+            and reserved.subnet_of(network)  # type: ignore[arg-type]
+        ):
+            excepted.append(str(reserved))
     for raw in METADATA_ADDRESSES:
         metadata = ipaddress.ip_network(raw)
         if metadata.version != network.version:

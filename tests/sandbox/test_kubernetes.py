@@ -466,6 +466,12 @@ async def test_a_terminating_pod_is_awaited_with_a_watch_before_replacement(env:
         await asyncio.sleep(0.02)
     else:
         raise AssertionError("the provider never deleted the evicted pod")
+    # Let the provider open its watch on the old pod before it goes (without
+    # this the pod could vanish before the provider looked: a flaky count).
+    for _ in range(200):
+        if fake.count("watch") >= 1:
+            break
+        await asyncio.sleep(0.02)
     assert not task.done()  # waiting for the old pod to go, on a watch
     await fake.finish_termination(NS, name)
     result = await task

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.blackbox
 
 OUT = "/mnt/user-data/outputs"
 KEY = "dfk_alice-shared-files-0123456789"
+BOB_KEY = "dfk_bob-shared-files-0123456789"
 
 
 async def test_upload_on_one_replica_is_seen_by_a_run_and_a_download_on_another(
@@ -46,7 +47,10 @@ async def test_upload_on_one_replica_is_seen_by_a_run_and_a_download_on_another(
     await asyncio.to_thread(shared.mkdir)
     auth: dict[str, Any] = {
         "mode": "api_key",
-        "api_keys": [{"identity": "alice", "sha256": hash_api_key(KEY)}],
+        "api_keys": [
+            {"identity": "alice", "sha256": hash_api_key(KEY)},
+            {"identity": "bob", "sha256": hash_api_key(BOB_KEY)},
+        ],
     }
     config = write_config(
         tmp_path, script, data_root=str(shared), auth=auth, files={"backend": "shared"}
@@ -97,6 +101,18 @@ async def test_upload_on_one_replica_is_seen_by_a_run_and_a_download_on_another(
         download = await a.get(f"/threads/{thread_id}/outputs/copy.txt")
         assert download.status_code == 200, download.text
         assert download.content == b"shared across replicas\n"
+
+        # Deleting the thread (issue 13 item 11) removes its files for every replica;
+        # another user's delete is refused and removes nothing.
+        refused = await a.delete(f"/threads/{thread_id}", headers={"x-api-key": BOB_KEY})
+        assert refused.status_code == 404
+        assert (await b.get(f"/threads/{thread_id}/uploads")).json()["files"] != []
+        deleted = await a.delete(f"/threads/{thread_id}")
+        assert deleted.status_code == 204, deleted.text
+        assert (await b.get(f"/threads/{thread_id}/uploads")).json()["files"] == []
+        assert (
+            await asyncio.to_thread(lambda: list(shared.glob(f"users/*/threads/{thread_id}"))) == []
+        )
 
     for server in (replica_a, replica_b):
         log = await server.alog()

@@ -91,15 +91,16 @@ class _Lifecycle(_Maintenance):
             raise self._cap_error()
 
     async def _hold_cap(self, name: str) -> None:
-        """After creating ``name``: if replicas raced past the cap, the newest pods yield.
+        """After creating ``name``: if replicas raced past the cap, this pod yields.
 
-        Every replica orders the live pods the same way (creation time, then
-        name), so exactly the pods beyond ``max_pods`` delete themselves.
+        Whoever lists after the last racing create sees more than ``max_pods``
+        and deletes its own pod, so an overflow never persists; when both
+        racers list late, both yield (a retry then succeeds). Creation times
+        have one-second resolution, so they cannot pick a single winner.
         """
-        live = sorted(await self._live_pods(), key=lambda p: (p.created or 0.0, p.name))
+        live = await self._live_pods()
         self._pod_count = len(live)
-        order = [p.name for p in live]
-        if name in order and order.index(name) >= self.config.max_pods:
+        if len(live) > self.config.max_pods and any(p.name == name for p in live):
             await self._delete_pod(name)
             raise self._cap_error()
 

@@ -280,8 +280,10 @@ class _Maintenance(_ProviderBase):
                 if time.monotonic() >= next_reap:
                     next_reap = time.monotonic() + self.config.reaper_interval_seconds
                     await self.reap()
-                else:
-                    await self._lead()  # renew (or bid) between passes
+                elif await self._lead() and self.config.warm_pool_size:
+                    # Between reaper passes the Lease holder renews and tops the
+                    # pool up: claims on other replicas cannot trigger it.
+                    await self._replenish()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the loop must survive API hiccups

@@ -153,8 +153,15 @@ async def test_replica_warm_pool_stays_at_its_size_and_surplus_is_trimmed(
                 _warm_manifest(a, extra, clock()),
             )
         await _settle(fake, lambda: len(_warm(fake)) == 4)
-        await a.reap()
+        # Deletes are conditioned on what the pass listed: a pod that changed
+        # meanwhile (just became Ready) is left for the next pass. It converges.
+        for _ in range(10):
+            await a.reap()
+            if len(_warm(fake)) == 2:
+                break
+            await asyncio.sleep(0.05)
         await _settle(fake, lambda: len(_warm(fake)) == 2)
+        assert not b.is_leader  # B never acted
 
 
 def _warm_manifest(provider: KubernetesSandboxProvider, token: str, now: float) -> dict[str, Any]:
@@ -186,9 +193,15 @@ async def test_replica_pod_cap_holds_when_both_create_at_once(
             return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, SandboxError)]
-        assert len(errors) == 1, results
-        assert "pod limit is reached" in str(errors[0])
-        await _settle(fake, lambda: len(_live(fake)) == 1)
+        # At most one wins (both may yield in a close race); the cap is never exceeded.
+        assert len(errors) >= 1, results
+        assert all("pod limit is reached" in str(e) for e in errors)
+        await _settle(fake, lambda: len(_live(fake)) == 2 - len(errors))
+        retry = a if isinstance(results[0], SandboxError) else b
+        thread, user = ("t1", "alice") if retry is a else ("t2", "bob")
+        if len(errors) == 2:  # nobody holds a pod: a retry gets one
+            await retry.acquire(thread, user_id=user)
+            assert len(_live(fake)) == 1
 
 
 async def test_replica_reconciliation_has_one_owner(replicas: Callable[..., Any]) -> None:

@@ -377,11 +377,13 @@ class _Maintenance(_ProviderBase):
                     report["deleted"].append(pod.name)
                 continue
             if pod.state == STATE_ACTIVE:
-                with contextlib.suppress(_NotFound):
+                # Conditioned on what we listed: a replica that activated it since wins.
+                with contextlib.suppress(_NotFound, _Conflict):
                     await self._patch_pod(
                         pod.name,
                         {
                             "metadata": {
+                                "resourceVersion": pod.resource_version,
                                 "labels": {LABEL_STATE: STATE_IDLE},
                                 "annotations": {ANN_HOLDER: None, ANN_HEARTBEAT: None},
                             }

@@ -4,7 +4,8 @@ The LangGraph API deletes the thread (and decides, through our auth handlers,
 whether the caller may); this middleware only watches the answer. When it is a
 success, the caller's files of that thread (uploads, outputs, workspace) and
 the sandbox provider's per-thread resources (Kubernetes pod and workspace
-volume) are removed, before the response completes. The caller is the one the
+volume) are removed before the response is sent, so a client that saw the
+success finds no file of the thread on any replica. The caller is the one the
 API authenticated for that request (``scope["user"]``, set by the API's auth
 middleware), resolved as every custom route resolves it, so a caller can only
 ever remove files in their own bucket.
@@ -49,16 +50,23 @@ class ThreadCleanupMiddleware:
         if match is None:
             await self.app(scope, receive, send)
             return
-        status: dict[str, int] = {}
+        thread_id = match.group(1)
+        held: list[Message] = []
 
         async def watch(message: Message) -> None:
+            # Hold the response back until the files are gone: a client that saw
+            # the 204 must not find the thread's files on any replica.
             if message["type"] == "http.response.start":
-                status["code"] = int(message["status"])
+                held.append(message)
+                return
+            if message["type"] == "http.response.body" and held:
+                start = held.pop()
+                if not message.get("more_body") and 200 <= int(start["status"]) < 300:
+                    await _cleanup(scope, thread_id)
+                await send(start)
             await send(message)
 
         await self.app(scope, receive, watch)
-        if 200 <= status.get("code", 0) < 300:
-            await _cleanup(scope, match.group(1))
 
 
 async def _cleanup(scope: Scope, raw_thread_id: str) -> None:

@@ -196,7 +196,8 @@ def render(results: list[Measured], iterations: int, note: str | None = None) ->
         "",
         "What a warm acquire costs in API calls is asserted by the tests, not timed: "
         "a warm acquire is one PATCH (no create, no list, no watch); a cold one is "
-        "one create plus one watch (`tests/sandbox/test_kubernetes.py`).",
+        "one create, one watch and two lists (the pod cap is counted in the cluster, "
+        "across replicas) (`tests/sandbox/test_kubernetes.py`).",
         "",
     ]
     return "\n".join(lines)

@@ -89,6 +89,12 @@ def validate_documents(
 ) -> None:
     """Strict schema validation (unknown fields are errors)."""
     for document in documents:
+        custom = CUSTOM_RESOURCES.get(f"{document.get('apiVersion')}/{document.get('kind')}")
+        if custom is not None:
+            problems = custom(document)
+            if problems:
+                raise ManifestError(f"{source}: {_name(document)}: {'; '.join(problems)}")
+            continue
         try:
             kubernetes_validate.validate(document, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
@@ -96,6 +102,41 @@ def validate_documents(
             raise ManifestError(f"{source}: {_name(document)}: {path}: {exc.message}") from exc
         except kubernetes_validate.SchemaNotFoundError as exc:
             raise ManifestError(f"{source}: {_name(document)}: no schema ({exc})") from exc
+
+
+def _check_scaled_object(document: dict[str, Any]) -> list[str]:
+    """KEDA's ScaledObject has no bundled schema: check the fields we rely on."""
+    problems: list[str] = []
+    spec = document.get("spec") or {}
+    allowed = {
+        "scaleTargetRef",
+        "minReplicaCount",
+        "maxReplicaCount",
+        "cooldownPeriod",
+        "pollingInterval",
+        "triggers",
+        "advanced",
+    }
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        problems.append(f"unknown spec fields {unknown}")
+    if not (spec.get("scaleTargetRef") or {}).get("name"):
+        problems.append("spec.scaleTargetRef.name is required")
+    triggers = spec.get("triggers")
+    if not isinstance(triggers, list) or not triggers:
+        problems.append("spec.triggers must list at least one trigger")
+    else:
+        for index, trigger in enumerate(triggers):
+            if not isinstance(trigger, dict) or not trigger.get("type"):
+                problems.append(f"spec.triggers[{index}].type is required")
+    low, high = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+    if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high):
+        problems.append("minReplicaCount/maxReplicaCount must be integers with min <= max")
+    return problems
+
+
+# Custom resources without a bundled schema, checked by hand (apiVersion/kind).
+CUSTOM_RESOURCES = {"keda.sh/v1alpha1/ScaledObject": _check_scaled_object}
 
 
 def _pod_spec(document: dict[str, Any]) -> dict[str, Any] | None:

@@ -6,8 +6,11 @@ references, matched by exact basename in the run owner's uploads directory)
 and the files uploaded earlier in the thread, each with its size, virtual
 path and a short outline. The files stay on disk; the model reads them with
 its tools. The same facts go to ``additional_kwargs.uploaded_files`` for
-clients. Malformed references and files that cannot be probed are skipped
-(debug-logged), never raised on. Sizes that are invalid or too large to
+clients. A referenced file that is not in the thread's file store is listed
+as missing (status ``missing``), so the model can tell the user instead of
+answering without it: with several replicas a silently dropped upload is a
+wrong answer. Malformed references and files that cannot be probed are
+skipped (debug-logged), never raised on. Sizes that are invalid or too large to
 display show as 0, from 1 TB up compactly; stored sizes are never changed.
 
 The message is replaced by a copy with the same id (the reducer swaps it in
@@ -128,16 +131,20 @@ class UploadsMiddleware(AgentMiddleware[ThreadState, Any]):
         self._settings = settings
         self.max_listed = max_listed
 
-    def _scan(self, user_id: str, thread_id: str, names: list[str]) -> tuple[list[_Listed], int]:
-        """Blocking: probe the uploads directory. Returns (listed, omitted count)."""
+    def _scan(
+        self, user_id: str, thread_id: str, names: list[str]
+    ) -> tuple[list[_Listed], int, list[str]]:
+        """Blocking: probe the uploads directory. Returns (listed, omitted count, missing)."""
         data_root = self._settings.data_root_path()
         root = uploads_root(data_root, thread_paths(data_root, user_id, thread_id))
         on_disk = {entry.filename: entry for entry in list_uploads(root)}
         current: list[UploadEntry] = []
+        missing: list[str] = []
         for name in names:
             entry = on_disk.get(name)
             if entry is None:
-                logger.debug("uploads: referenced file %r is not in the uploads directory", name)
+                logger.warning("uploads: referenced file %r is not in the uploads directory", name)
+                missing.append(name)
                 continue
             current.append(entry)
         current_names = {entry.filename for entry in current}
@@ -157,7 +164,7 @@ class UploadsMiddleware(AgentMiddleware[ThreadState, Any]):
                     continue
                 outline = None
             listed.append(_Listed(entry, is_current, outline))
-        return listed, omitted
+        return listed, omitted, missing
 
     def _plan(
         self, state: ThreadState, runtime: Runtime[Any]
@@ -176,11 +183,11 @@ class UploadsMiddleware(AgentMiddleware[ThreadState, Any]):
         return index, resolve_runtime_user_id(runtime), safe_thread_id(raw_thread), names
 
     def _apply(
-        self, message: HumanMessage, listed: list[_Listed], omitted: int
+        self, message: HumanMessage, listed: list[_Listed], omitted: int, missing: list[str]
     ) -> dict[str, Any] | None:
-        if not listed:
+        if not listed and not missing:
             return None
-        block = _render(listed, omitted)
+        block = _render(listed, omitted, missing)
         kwargs = dict(message.additional_kwargs)
         if not isinstance(kwargs.get("original_user_content"), str):
             kwargs["original_user_content"] = _text_of(message.content)
@@ -192,7 +199,7 @@ class UploadsMiddleware(AgentMiddleware[ThreadState, Any]):
                 "status": "current" if item.current else "earlier",
             }
             for item in listed
-        ]
+        ] + [{"filename": name, "status": "missing"} for name in missing]
         kwargs.update(
             server_block_kwargs(block, content_kind=UPLOADED_FILES_TAG, producer_kind="uploads")
         )
@@ -209,8 +216,8 @@ class UploadsMiddleware(AgentMiddleware[ThreadState, Any]):
         if plan is None:
             return None
         index, user_id, thread_id, names = plan
-        listed, omitted = self._scan(user_id, thread_id, names)
-        return self._apply(state["messages"][index], listed, omitted)  # type: ignore[arg-type]
+        listed, omitted, missing = self._scan(user_id, thread_id, names)
+        return self._apply(state["messages"][index], listed, omitted, missing)  # type: ignore[arg-type]
 
     async def abefore_agent(
         self, state: ThreadState, runtime: Runtime[Any]
@@ -219,8 +226,8 @@ class UploadsMiddleware(AgentMiddleware[ThreadState, Any]):
         if plan is None:
             return None
         index, user_id, thread_id, names = plan
-        listed, omitted = await asyncio.to_thread(self._scan, user_id, thread_id, names)
-        return self._apply(state["messages"][index], listed, omitted)  # type: ignore[arg-type]
+        listed, omitted, missing = await asyncio.to_thread(self._scan, user_id, thread_id, names)
+        return self._apply(state["messages"][index], listed, omitted, missing)  # type: ignore[arg-type]
 
 
 def _line(item: _Listed) -> list[str]:
@@ -232,10 +239,16 @@ def _line(item: _Listed) -> list[str]:
     return lines
 
 
-def _render(listed: list[_Listed], omitted: int) -> str:
+def _render(listed: list[_Listed], omitted: int, missing: Sequence[str] = ()) -> str:
     current = [item for item in listed if item.current]
     earlier = [item for item in listed if not item.current]
     lines = [_OPEN]
+    if missing:
+        lines.append(
+            "Error: files attached to this message were not found in /mnt/user-data/uploads "
+            "(the upload did not arrive); tell the user and ask them to upload again:"
+        )
+        lines.extend(f"- {html.escape(name, quote=False)}" for name in missing)
     if current:
         lines.append("Files attached to this message:")
         for item in current:

@@ -35,6 +35,7 @@ from runtime.identity import is_reserved_identity, use_studio_policy_source
 __all__ = [
     "BUILTIN_SUBAGENT_TYPES",
     "ENV_OVERRIDES",
+    "OWN_SCHEMA",
     "PROJECT_ROOT",
     "ApiKeyEntry",
     "AuthConfig",
@@ -79,6 +80,8 @@ __all__ = [
     "import_object",
     "load_settings",
     "reset_settings_cache",
+    "same_database",
+    "with_own_schema",
 ]
 
 logger = logging.getLogger(__name__)
@@ -435,7 +438,9 @@ class KubernetesNetworkConfig(_Section):
     committed manifest). Cloud metadata addresses are always denied.
     """
 
-    allow_dns: bool = True
+    allow_dns: bool = Field(
+        default=False, description="the provider needs no DNS in the pod; off by default"
+    )
     egress: list[KubernetesEgressRule] = Field(default_factory=list)
 
 
@@ -493,6 +498,17 @@ class KubernetesSandboxConfig(_Section):
         default=64, ge=2, le=1024, description="threads for execs (one per running command)"
     )
     network: KubernetesNetworkConfig = Field(default_factory=KubernetesNetworkConfig)
+    replica_id: str | None = Field(
+        default=None,
+        max_length=128,
+        description="this server replica's name in pod holder annotations and the Lease "
+        "(None: the pod's HOSTNAME plus a random suffix)",
+    )
+    lease_duration_seconds: float = Field(
+        default=60,
+        gt=0,
+        description="the maintenance Lease and a pod's holder heartbeat expire after this",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> KubernetesSandboxConfig:
@@ -1132,6 +1148,19 @@ class TokenBudgetConfig(_Section):
     )
 
 
+class FilesConfig(_Section):
+    """Where thread files (uploads, outputs, workspaces, externalised tool results) live.
+
+    ``local``: the data root on this machine's disk (development, one
+    process). ``shared``: the data root is a directory every server replica
+    and queue worker mounts (a ReadWriteMany volume); it must be an absolute
+    path, and the server refuses to start when it is missing or read-only,
+    rather than write files only one replica sees.
+    """
+
+    backend: Literal["local", "shared"] = "local"
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -1168,6 +1197,16 @@ class Settings(_Section):
     todo: TodoConfig = Field(default_factory=TodoConfig)
     token_usage: TokenUsageConfig = Field(default_factory=TokenUsageConfig)
     token_budget: TokenBudgetConfig = Field(default_factory=TokenBudgetConfig)
+    files: FilesConfig = Field(default_factory=FilesConfig)
+
+    @model_validator(mode="after")
+    def _shared_files_root(self) -> Settings:
+        if self.files.backend == "shared" and not Path(self.data_root).expanduser().is_absolute():
+            raise ValueError(
+                "files.backend 'shared' needs an absolute data_root (the mount path of the "
+                "volume every replica shares)"
+            )
+        return self
 
     @field_validator("models")
     @classmethod
@@ -1196,6 +1235,7 @@ class Settings(_Section):
 # Environment variables that override single config keys. Later issues add rows.
 ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_DATA_ROOT": ("data_root",),
+    "DEERFLOW_FILES_BACKEND": ("files", "backend"),
     "DEERFLOW_POSTGRES_URI": ("database", "uri"),
     "DEERFLOW_POSTGRES_SCHEMA": ("database", "schema"),
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),
@@ -1282,6 +1322,57 @@ def _apply_env_overrides(data: dict[str, Any]) -> None:
         node[key_path[-1]] = value
 
 
+# Where our checkpointer and store keep their tables when they share a
+# database with the LangGraph Server: never ``public``, where the licensed
+# server's own runtime keeps tables of the same names (``checkpoints*``,
+# ``store``) under its own migrations.
+OWN_SCHEMA = "deerflow"
+
+
+def same_database(first: str | None, second: str | None) -> bool:
+    """Whether two Postgres URIs name the same database (host, port, dbname)."""
+    if not first or not second:
+        return False
+    try:
+        a, b = conninfo_to_dict(first), conninfo_to_dict(second)
+    except psycopg.Error:
+        return False  # e.g. ``:memory:`` under ``langgraph dev``
+
+    def target(d: dict[str, Any]) -> tuple[str, str, str]:
+        return (
+            str(d.get("host") or d.get("hostaddr") or "localhost"),
+            str(d.get("port") or "5432"),
+            str(d.get("dbname") or d.get("user") or ""),
+        )
+
+    return target(a) == target(b)
+
+
+def with_own_schema(settings: Settings, server_uri: str | None) -> Settings:
+    """Default ``database.schema`` to ``OWN_SCHEMA`` when our URI is the server's database.
+
+    An explicit ``database.schema`` is kept, unless it is ``public`` on the
+    server's database: that is refused (the tables would collide).
+    """
+    db = settings.database
+    if not same_database(db.uri, server_uri):
+        return settings
+    if db.schema_name is None:
+        logger.info(
+            "database: DEERFLOW_POSTGRES_URI is the server's database; using schema %r",
+            OWN_SCHEMA,
+        )
+        database = db.model_copy(update={"schema_name": OWN_SCHEMA})
+        return settings.model_copy(update={"database": database})
+    if db.schema_name == "public":
+        raise ConfigError(
+            "database.schema is 'public' on the LangGraph Server's own database "
+            "(DATABASE_URI): our checkpoints and store tables would collide with the "
+            f"server's; use another schema (default {OWN_SCHEMA!r})"
+        )
+    return settings
+
+
 def _format_validation_error(source: str, error: ValidationError, data: dict[str, Any]) -> str:
     lines = []
     for item in error.errors():
@@ -1336,6 +1427,7 @@ def load_settings(path: Path | None = None) -> Settings:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(label, exc, data)) from None
+    settings = with_own_schema(settings, os.environ.get("DATABASE_URI"))
     for index, entry in enumerate(settings.models):
         cls = import_object(entry.use, what=f"models[{index}] (model {entry.name!r}) use")
         if not isinstance(cls, type):

@@ -17,6 +17,8 @@ from runtime.config import KubernetesSandboxConfig
 from runtime.paths import VIRTUAL_SKILLS, VIRTUAL_USER_DATA, VIRTUAL_WORKSPACE
 
 __all__ = [
+    "ANN_HEARTBEAT",
+    "ANN_HOLDER",
     "ANN_LAST_ACTIVITY",
     "ANN_SPEC_HASH",
     "ANN_THREAD_ID",
@@ -56,6 +58,10 @@ ANN_USER_ID = "deerflow.dev/user-id"
 ANN_THREAD_ID = "deerflow.dev/thread-id"
 ANN_LAST_ACTIVITY = "deerflow.dev/last-activity"
 ANN_SPEC_HASH = "deerflow.dev/spec-hash"
+# Which server replica uses the pod now, and when it last said so (any replica
+# respects a fresh heartbeat: see the maintenance module).
+ANN_HOLDER = "deerflow.dev/holder"
+ANN_HEARTBEAT = "deerflow.dev/heartbeat"
 
 STATE_ACTIVE = "active"
 STATE_IDLE = "idle"
@@ -341,6 +347,14 @@ class PodView:
     @property
     def last_activity(self) -> float | None:
         return parse_time(self.annotations.get(ANN_LAST_ACTIVITY))
+
+    @property
+    def holder(self) -> str | None:
+        return self.annotations.get(ANN_HOLDER) or None
+
+    @property
+    def heartbeat(self) -> float | None:
+        return parse_time(self.annotations.get(ANN_HEARTBEAT))
 
     @property
     def created(self) -> float | None:

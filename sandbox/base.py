@@ -182,3 +182,17 @@ class SandboxProvider(abc.ABC):
     @abc.abstractmethod
     async def reset(self) -> None:
         """Forget every sandbox (tests, shutdown)."""
+
+    @property
+    def in_use(self) -> int:
+        """How many acquired sandboxes a run still holds (shutdown waits for zero)."""
+        return 0
+
+    async def delete_thread(self, thread_id: str, *, user_id: str) -> None:
+        """The thread was deleted: drop what the provider keeps for it outside the data root.
+
+        The thread's files under the data root are removed by the caller
+        (``sandbox.thread_files``); a provider with its own per-thread
+        resources (the Kubernetes pod and workspace volume) removes them here.
+        """
+        return None

@@ -21,7 +21,7 @@ import yaml
 
 from runtime.config import ConfigError, KubernetesSandboxConfig, load_settings
 
-__all__ = ["METADATA_ADDRESSES", "render_network_policies", "render_yaml"]
+__all__ = ["METADATA_ADDRESSES", "PRIVATE_RANGES", "render_network_policies", "render_yaml"]
 
 # Instance metadata services (AWS/GCP/Azure/OCI, AWS over IPv6, Alibaba Cloud).
 METADATA_ADDRESSES = ("169.254.169.254/32", "fd00:ec2::254/128", "100.100.100.200/32")
@@ -30,12 +30,37 @@ _SANDBOX_SELECTOR = {"matchLabels": {"app.kubernetes.io/name": "deerflow-sandbox
 _LABELS = {"app.kubernetes.io/part-of": "deerflow", "app.kubernetes.io/component": "sandbox"}
 
 
+# Private, loopback, shared (CGNAT) and link-local ranges: the cluster's pods,
+# services and API server, and the node's own services. A broad allow rule
+# (say 0.0.0.0/0:443 for public HTTPS) never opens them; a rule that names a
+# range inside one of them (an egress proxy at 10.20.0.0/16) is taken as meant.
+PRIVATE_RANGES = (
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "fc00::/7",
+    "fe80::/10",
+    "::1/128",
+)
+
+
 def _ip_block(cidr: str, where: str) -> dict[str, Any]:
     try:
         network = ipaddress.ip_network(cidr, strict=False)
     except ValueError as exc:
         raise ConfigError(f"{where}: {cidr!r} is not a CIDR ({exc})") from None
     excepted: list[str] = []
+    private = [ipaddress.ip_network(raw) for raw in PRIVATE_RANGES]
+    for reserved in private:
+        if (
+            reserved.version == network.version
+            and reserved != network
+            and reserved.subnet_of(network)  # type: ignore[arg-type]
+        ):
+            excepted.append(str(reserved))
     for raw in METADATA_ADDRESSES:
         metadata = ipaddress.ip_network(raw)
         if metadata.version != network.version:
@@ -44,7 +69,12 @@ def _ip_block(cidr: str, where: str) -> dict[str, Any]:
             raise ConfigError(
                 f"{where}: {cidr} would allow the cloud metadata endpoint {raw}; it is always denied"
             )
-        if metadata.subnet_of(network):  # type: ignore[arg-type]
+        covered = any(
+            metadata.subnet_of(ipaddress.ip_network(e))  # type: ignore[arg-type]
+            for e in excepted
+            if ipaddress.ip_network(e).version == metadata.version
+        )
+        if metadata.subnet_of(network) and not covered:  # type: ignore[arg-type]
             excepted.append(raw)
     block: dict[str, Any] = {"cidr": str(network)}
     if excepted:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import re
@@ -80,7 +81,11 @@ def test_dockerfile_uses_declared_python_and_distro(dockerfile: str) -> None:
     config = json.loads((PROJECT_ROOT / "langgraph.json").read_text())
     assert config["python_version"] == "3.11"
     first = dockerfile.splitlines()[0]
-    assert first.startswith("FROM langchain/langgraph-api:3.11"), first
+    # api_version pins the server: the base image names one exact server version
+    # (the one installed and tested here), not a floating "3.11" tag.
+    installed = importlib.metadata.version("langgraph-api")
+    assert config["api_version"] == installed
+    assert first == f"FROM langchain/langgraph-api:{installed}-py3.11", first
     assert "wolfi" not in first
 
 

@@ -84,6 +84,29 @@ def test_overlays_carry_what_the_deployment_needs(
     assert any("config.yaml" in (d.get("data") or {}) for d in config_maps)
 
 
+def _container(documents: list[dict[str, Any]], deployment: str) -> dict[str, Any]:
+    found = next(
+        d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == deployment
+    )
+    container: dict[str, Any] = found["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item for item in container.get("env") or []}
+
+
+def _config_env(documents: list[dict[str, Any]]) -> dict[str, str]:
+    """The plain settings ConfigMap the server pods load with envFrom."""
+    found = next(
+        d
+        for d in documents
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("deerflow-server-env")
+    )
+    data: dict[str, str] = found["data"]
+    return data
+
+
 def _api_container(documents: list[dict[str, Any]]) -> dict[str, Any]:
     deployment = next(
         d
@@ -101,7 +124,10 @@ def test_api_probes_jobs_and_secret_references(
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         assert api[probe]["httpGet"]["path"] == "/ok"
     env = {item["name"]: item for item in api["env"]}
-    assert int(env["N_JOBS_PER_WORKER"]["value"]) > 0
+    # The API pods serve HTTP only; runs execute in the queue workers.
+    assert int(env["N_JOBS_PER_WORKER"]["value"]) == 0
+    queue = _container(rendered["overlays/prod"], "deerflow-queue")
+    assert int(_env(queue)["N_JOBS_PER_WORKER"]["value"]) > 0
     for name in (
         "DATABASE_URI",
         "DEERFLOW_POSTGRES_URI",
@@ -111,8 +137,9 @@ def test_api_probes_jobs_and_secret_references(
         "OPENAI_API_KEY",
     ):
         assert "secretKeyRef" in env[name]["valueFrom"], name
-    assert env["DEERFLOW_CONFIG"]["value"] == "/etc/deerflow/config.yaml"
-    assert api["image"].startswith("registry.example.com/deerflow-server:")
+    plain = _config_env(rendered["overlays/prod"])
+    assert plain["DEERFLOW_CONFIG"] == "/etc/deerflow/config.yaml"
+    assert api["image"].startswith("registry.example.com/deerflow-server@sha256:")
 
 
 def test_no_secret_objects_are_committed() -> None:
@@ -148,8 +175,12 @@ def test_schema_check_rejects_unknown_field(k8s_copy: Path) -> None:
 
 
 def test_schema_check_rejects_wrong_type(k8s_copy: Path) -> None:
-    _edit(k8s_copy / "base" / "api-deployment.yaml", "replicas: 2", "replicas: two")
-    with pytest.raises(ManifestError, match="replicas"):
+    _edit(
+        k8s_copy / "base" / "api-deployment.yaml",
+        "revisionHistoryLimit: 5",
+        "revisionHistoryLimit: five",
+    )
+    with pytest.raises(ManifestError, match="revisionHistoryLimit"):
         validate_documents(render(k8s_copy / "base"), source="broken")
 
 

@@ -99,6 +99,7 @@ def test_role_grants_exactly_what_the_provider_uses() -> None:
     assert rules == {
         ("pods",): sorted(["create", "get", "list", "watch", "delete", "patch"]),
         ("pods/exec",): ["create", "get"],
+        ("leases",): ["create", "get", "patch"],  # the maintenance Lease (one owner)
     }
     (binding,) = _documents(SANDBOX_DIR / "rolebinding.yaml")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

@@ -140,9 +140,17 @@ async def test_malformed_references_and_unprobeable_files_are_skipped(tmp_path: 
             "size": 5,
             "path": "/mnt/user-data/uploads/good.txt",
             "status": "current",
-        }
+        },
+        # Referenced but not a regular file in the store: the model is told (issue 20
+        # item 1: a missing upload is an error it sees, not a debug line).
+        {"filename": "missing.txt", "status": "missing"},
+        {"filename": "link.txt", "status": "missing"},
+        {"filename": "dir", "status": "missing"},
     ]
-    assert "link.txt" not in result["messages"][0].content
+    content = result["messages"][0].content
+    assert "were not found in /mnt/user-data/uploads" in content
+    assert "- missing.txt\n- link.txt\n- dir\n" in content
+    assert "root:" not in content  # the link is never followed
     assert result["messages"][-1].content == "ok"
 
 
@@ -158,11 +166,27 @@ async def test_a_non_list_files_value_is_ignored(tmp_path: Path, files: Any) -> 
 
 async def test_no_uploads_leaves_the_message_alone(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, [ai_text("ok")])
-    result = await run_agent(settings, {"messages": [_message(files=[{"filename": "x.txt"}])]})
+    result = await run_agent(settings, {"messages": [_message(files=[])]})
     message = result["messages"][0]
     assert message.content == "Please read them."
     assert "uploaded_files" not in message.additional_kwargs
     assert "original_user_content" not in message.additional_kwargs
+
+
+async def test_a_referenced_upload_that_never_arrived_is_an_error_the_model_sees(
+    tmp_path: Path,
+) -> None:
+    # Before issue 20 this reference was dropped with a debug log line: on another
+    # replica's disk, the model answered as if no file had been attached.
+    settings = make_settings(tmp_path, [ai_text("ok")])
+    result = await run_agent(settings, {"messages": [_message(files=[{"filename": "x.txt"}])]})
+    message = result["messages"][0]
+    assert message.content.startswith("<uploaded_files>\nError: files attached to this message")
+    assert "- x.txt\n" in message.content
+    assert message.content.endswith("Please read them.")
+    assert message.additional_kwargs["uploaded_files"] == [
+        {"filename": "x.txt", "status": "missing"}
+    ]
 
 
 async def test_block_content_and_first_writer_wins(tmp_path: Path) -> None:

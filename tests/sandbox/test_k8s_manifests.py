@@ -13,6 +13,7 @@ from sandbox.k8s_manifests import main, render_network_policies
 
 
 def _config(**network: object) -> KubernetesSandboxConfig:
+    network.setdefault("allow_dns", True)
     return KubernetesSandboxConfig.model_validate({"network": network})
 
 
@@ -29,18 +30,30 @@ def test_allow_list_rules_get_metadata_exceptions() -> None:
     kubernetes_validate.validate(allow, "1.35", strict=True)
     rules = allow["spec"]["egress"]
     assert rules[0]["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    # A broad rule never opens private, loopback or link-local ranges (cluster
+    # pods and services, the API server, node services); metadata is inside them.
     assert rules[1] == {
         "to": [
             {
                 "ipBlock": {
                     "cidr": "0.0.0.0/0",
-                    "except": ["169.254.169.254/32", "100.100.100.200/32"],
+                    "except": [
+                        "10.0.0.0/8",
+                        "100.64.0.0/10",
+                        "127.0.0.0/8",
+                        "169.254.0.0/16",
+                        "172.16.0.0/12",
+                        "192.168.0.0/16",
+                    ],
                 }
             }
         ],
         "ports": [{"protocol": "TCP", "port": 443}],
     }
-    assert rules[2]["to"][0]["ipBlock"] == {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}
+    assert rules[2]["to"][0]["ipBlock"] == {
+        "cidr": "::/0",
+        "except": ["fc00::/7", "fe80::/10", "::1/128"],
+    }
     assert rules[3]["to"][0]["ipBlock"] == {"cidr": "10.20.0.0/16"}
     assert [p["port"] for p in rules[3]["ports"]] == [5432, 6379]
     assert rules[4] == {
@@ -59,7 +72,9 @@ def test_bad_cidr_names_the_entry() -> None:
         render_network_policies(_config(egress=[{"cidr": "nope"}]))
 
 
-def test_dns_can_be_turned_off() -> None:
+def test_dns_is_off_by_default() -> None:
+    _deny, allow = render_network_policies(KubernetesSandboxConfig())
+    assert allow["spec"]["egress"] == []  # the provider needs no DNS in the pod
     _deny, allow = render_network_policies(_config(allow_dns=False))
     assert allow["spec"]["egress"] == []
 

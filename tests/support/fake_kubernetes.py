@@ -174,6 +174,9 @@ class FakeKubernetes(kmock.KubernetesEmulator):
         self.resources["v1/persistentvolumeclaims"] = kmock.ResourceInfo(
             kind="PersistentVolumeClaim", namespaced=True, verbs={"create", "get", "delete"}
         )
+        self.resources["coordination.k8s.io/v1/leases"] = kmock.ResourceInfo(
+            kind="Lease", namespaced=True, verbs={"create", "get", "patch", "update", "delete"}
+        )
         self._pods_resource = kmock.resource("v1/pods")
         self.root.mkdir(parents=True, exist_ok=True)
         bin_dir = self.root / ".bin"
@@ -318,6 +321,10 @@ class FakeKubernetes(kmock.KubernetesEmulator):
         plural = getattr(request.resource, "plural", None)
         if plural == "persistentvolumeclaims":
             self.calls[f"pvc-{action}"] += 1
+        if plural == "leases":
+            self.calls[f"lease-{action}"] += 1
+            async with self._mutate:
+                return await self._lease(request, action)
         if plural != "pods":
             async with self._mutate:
                 return await super()._handle(request)
@@ -332,6 +339,34 @@ class FakeKubernetes(kmock.KubernetesEmulator):
             return await super()._handle(request)
         async with self._mutate:
             return await self._mutating(request, action)
+
+    async def _lease(self, request: rendering.Request, action: str) -> aiohttp.web.StreamResponse:
+        """Leases with resource versions: a conditioned update of a changed one is a 409."""
+        if action == "create" and isinstance(request.data, dict):
+            request.data.setdefault("metadata", {})["resourceVersion"] = self._next_rv()
+        elif action == "update" and isinstance(request.data, dict):
+            current = self.lease(request.namespace or "default", request.name or "")
+            if current is None:
+                raise kmock.KubernetesObjectNotFoundError()
+            meta = request.data.setdefault("metadata", {})
+            wanted = meta.get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"].get("resourceVersion"):
+                raise kmock.KubernetesError(
+                    status=409, reason="Conflict", message="the object has been modified"
+                )
+            meta["resourceVersion"] = self._next_rv()
+        return await super()._handle(request)
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        for (resource, ns, key), obj in list(self.objects.items()):
+            if (
+                getattr(resource, "plural", None) == "leases"
+                and ns == namespace
+                and key == name
+                and not obj.deleted
+            ):
+                return obj.raw
+        return None
 
     async def _mutating(
         self, request: rendering.Request, action: str

@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from app.routes import health, policies, uploads, whoami
 from runtime.config import aget_settings
 from sandbox.provider import get_sandbox_provider
+from tools.mcp import close_mcp_managers
 
 __all__ = ["app", "lifespan"]
 
@@ -37,6 +38,7 @@ async def lifespan(_: Starlette) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await close_mcp_managers()
         aclose = getattr(provider, "aclose", None)
         if callable(aclose):
             await aclose()

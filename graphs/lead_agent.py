@@ -11,6 +11,8 @@ from deerflow_extension_api._plugins import aload_extensions
 from graphs._build import build_agent
 from graphs.prompts import LEAD_SYSTEM_PROMPT
 from runtime.config import Settings, aget_settings
+from tools.mcp import discover_mcp_tools
+from tools.selection import reserved_tool_names
 
 __all__ = ["build_lead_agent", "make_lead_agent"]
 
@@ -26,4 +28,5 @@ async def make_lead_agent(config: RunnableConfig) -> CompiledStateGraph[Any, Any
     """Registered in ``langgraph.json``; settings load off the event loop once."""
     settings = await aget_settings()
     await aload_extensions(settings)  # plugin imports and install() run off the event loop
+    await discover_mcp_tools(settings, reserved_tool_names(settings))
     return build_lead_agent(settings, config)

@@ -48,6 +48,7 @@ __all__ = [
     "KubernetesSandboxConfig",
     "LLMErrorHandlingConfig",
     "LoopDetectionConfig",
+    "McpServerConfig",
     "ModelConfig",
     "PiiRedactionConfig",
     "PluginConfig",
@@ -60,6 +61,7 @@ __all__ = [
     "ToolConfig",
     "ToolOutputConfig",
     "VerificationConfig",
+    "WebConfig",
     "aget_settings",
     "config_path",
     "get_settings",
@@ -836,6 +838,58 @@ class SafetyFinishReasonConfig(_Section):
     )
 
 
+class McpServerConfig(_Section):
+    """One MCP server whose tools the agents get (``mcp_servers.<name>``)."""
+
+    transport: Literal["stdio", "streamable_http", "sse"] = "stdio"
+    command: str | None = Field(default=None, description="stdio: the program to run")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] | None = Field(
+        default=None, description="stdio: the server's environment ($VAR values resolve)"
+    )
+    url: str | None = Field(default=None, description="streamable_http / sse endpoint")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="HTTP headers; $VAR / ${VAR} inside values resolve"
+    )
+    enabled: bool = True
+    tools: list[str] | None = Field(
+        default=None, description="allow-list of the server's tool names; null: all"
+    )
+    timeout: float = Field(default=30.0, gt=0, le=3600, description="seconds per call")
+    deferred: bool = Field(
+        default=True, description="hidden until promoted when tool_search is enabled"
+    )
+
+    @model_validator(mode="after")
+    def _transport_needs(self) -> McpServerConfig:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("transport stdio needs command")
+        if self.transport != "stdio":
+            if not self.url:
+                raise ValueError(f"transport {self.transport} needs url")
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError("url must be http(s)")
+        return self
+
+
+class WebConfig(_Section):
+    """The ``web`` tool group: ``web_fetch`` and ``web_search``."""
+
+    fetch_max_bytes: int = Field(default=2_000_000, ge=1024, le=50_000_000)
+    fetch_max_chars: int = Field(default=50_000, ge=1000, le=1_000_000)
+    fetch_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
+    allow_private_networks: list[str] = Field(
+        default_factory=list,
+        description="CIDRs or host names web_fetch may reach although private/loopback",
+    )
+    search_use: str = Field(
+        default="tools.web:TavilySearchProvider",
+        description="module:Class of the web_search provider",
+    )
+    search_options: dict[str, Any] = Field(default_factory=dict)
+    search_max_results: int = Field(default=5, ge=1, le=20)
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -861,6 +915,8 @@ class Settings(_Section):
     llm_error_handling: LLMErrorHandlingConfig = Field(default_factory=LLMErrorHandlingConfig)
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    web: WebConfig = Field(default_factory=WebConfig)
 
     @field_validator("models")
     @classmethod

@@ -22,12 +22,14 @@ import tools.sandbox
 import tools.view_image  # noqa: F401
 from runtime.config import ModelConfig, Settings, ToolConfig
 from sandbox.provider import get_sandbox_provider
-from tools.registry import load_tools
+from tools.mcp import get_mcp_manager
+from tools.registry import load_tools, tool_configs
 
-__all__ = ["COMMAND_GROUP", "VISION_GROUP", "select_tools"]
+__all__ = ["COMMAND_GROUP", "MCP_GROUP", "VISION_GROUP", "reserved_tool_names", "select_tools"]
 
 VISION_GROUP = "vision"
 COMMAND_GROUP = "sandbox"
+MCP_GROUP = "mcp"
 
 
 def select_tools(
@@ -40,4 +42,14 @@ def select_tools(
             return False
         return not (entry.group == COMMAND_GROUP and not commands_allowed)
 
-    return load_tools(settings, groups=settings.tool_groups.for_kind(kind), include=include)
+    tools = load_tools(settings, groups=settings.tool_groups.for_kind(kind), include=include)
+    manager = get_mcp_manager(settings)
+    groups = settings.tool_groups.for_kind(kind)
+    if manager is not None and (groups is None or MCP_GROUP in groups):
+        tools.extend(manager.tools())
+    return tools
+
+
+def reserved_tool_names(settings: Settings) -> list[str]:
+    """Names MCP tools may not take (built-in and configured tools, ``task``)."""
+    return [entry.name for entry in tool_configs(settings)] + ["task"]

@@ -581,7 +581,9 @@ class ToolGroupsConfig(_Section):
     """
 
     lead_agent: list[str] | None = None
-    subagent: list[str] | None = Field(default_factory=lambda: ["sandbox", "files", "vision"])
+    subagent: list[str] | None = Field(
+        default_factory=lambda: ["sandbox", "files", "vision", "web", "mcp"]
+    )
 
     def for_kind(self, kind: str) -> list[str] | None:
         return self.lead_agent if kind == "lead_agent" else self.subagent

@@ -19,11 +19,13 @@ import sandbox.local  # noqa: F401
 import tools.files
 import tools.present
 import tools.sandbox
-import tools.view_image  # noqa: F401
+import tools.view_image
+import tools.web  # noqa: F401
 from runtime.config import ModelConfig, Settings, ToolConfig
 from sandbox.provider import get_sandbox_provider
 from tools.mcp import get_mcp_manager
 from tools.registry import load_tools, tool_configs
+from tools.web import search_available
 
 __all__ = ["COMMAND_GROUP", "MCP_GROUP", "VISION_GROUP", "reserved_tool_names", "select_tools"]
 
@@ -36,9 +38,12 @@ def select_tools(
     settings: Settings, *, kind: Literal["lead_agent", "subagent"], model: ModelConfig
 ) -> list[BaseTool]:
     commands_allowed = get_sandbox_provider(settings).allows_commands
+    searchable = search_available(settings.web)
 
     def include(entry: ToolConfig) -> bool:
         if entry.group == VISION_GROUP and not model.supports_vision:
+            return False
+        if entry.name == "web_search" and entry.use == "tools.web:web_search" and not searchable:
             return False
         return not (entry.group == COMMAND_GROUP and not commands_allowed)
 

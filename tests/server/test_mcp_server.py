@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import ToolMessage
 
 from runtime.recording_model import recorded_calls
 from tests.support.scripted import ai_text, ai_tools, recording_model_entry, tool_call, write_config
@@ -49,7 +50,7 @@ async def test_mcp_tools_reach_the_model_and_their_results_come_back(
     add_schema = next(s for s in first.tool_schemas if s["function"]["name"] == "add")
     assert set(add_schema["function"]["parameters"]["properties"]) == {"a", "b"}
 
-    tools = {m.name: m for m in second.messages if m.type == "tool"}
+    tools = {m.name: m for m in second.messages if isinstance(m, ToolMessage)}
     assert tools["add"].text == "2 + 3 = 5"
     assert tools["fail"].status == "error"
     assert tools["fail"].additional_kwargs["deerflow_tool_meta"]["status"] == "error"

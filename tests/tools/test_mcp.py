@@ -68,7 +68,9 @@ async def test_tool_errors_and_timeouts_raise_for_the_error_handler() -> None:
         await tools["fail"].ainvoke({})
     with pytest.raises(TimeoutError, match=r"did not answer within 0\.5 s"):
         await tools["slow"].ainvoke({"seconds": 5})
-    assert await tools["add"].ainvoke({"a": 1, "b": 1}) == "1 + 1 = 2"  # reconnected after the timeout
+    assert (
+        await tools["add"].ainvoke({"a": 1, "b": 1}) == "1 + 1 = 2"
+    )  # reconnected after the timeout
     await mgr.aclose()
 
 

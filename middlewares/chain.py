@@ -44,10 +44,13 @@ from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
 from deerflow_extension_api._store import TaskStoreScope
 from middlewares.clarification import ClarificationMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
+from middlewares.deferred_tool_filter import DeferredToolFilterMiddleware
+from middlewares.deferred_tool_promotion_audit import DeferredToolPromotionAuditMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware
 from middlewares.input_sanitization import InputSanitizationMiddleware
 from middlewares.llm_error_handling import LLMErrorHandlingMiddleware
 from middlewares.loop_detection import LoopDetectionMiddleware
+from middlewares.mcp_routing import McpRoutingMiddleware
 from middlewares.model_content_compatibility import ModelContentCompatibilityMiddleware
 from middlewares.model_length_finish_reason import ModelLengthFinishReasonMiddleware
 from middlewares.pii_redaction import PiiRedactionMiddleware
@@ -311,6 +314,19 @@ def _title(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
     return TitleMiddleware(model=model, max_chars=config.max_chars)
 
 
+def _tool_search_on(inputs: ChainInputs) -> bool:
+    return inputs.settings.tool_search.enabled
+
+
+def _mcp_routing(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+    if not _tool_search_on(inputs):
+        return None
+    from tools.selection import deferred_catalog
+
+    settings = inputs.settings
+    return McpRoutingMiddleware(catalog=lambda: deferred_catalog(settings))
+
+
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
     settings = inputs.settings
     return LLMErrorHandlingMiddleware.from_config(
@@ -355,6 +371,11 @@ FACTORIES: dict[str, Factory] = {
     ),
     "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
     "TitleMiddleware": _title,  # 24
+    "McpRoutingMiddleware": _mcp_routing,  # 27
+    "DeferredToolPromotionAuditMiddleware": lambda i: (  # 28
+        DeferredToolPromotionAuditMiddleware() if _tool_search_on(i) else None
+    ),
+    "DeferredToolFilterMiddleware": lambda i: DeferredToolFilterMiddleware(),  # 29
     "ClarificationMiddleware": lambda i: ClarificationMiddleware(),  # 40
 }
 

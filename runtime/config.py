@@ -60,6 +60,7 @@ __all__ = [
     "TitleConfig",
     "ToolConfig",
     "ToolOutputConfig",
+    "ToolSearchConfig",
     "VerificationConfig",
     "WebConfig",
     "aget_settings",
@@ -671,6 +672,9 @@ class ToolConfig(BaseModel):
     name: str = Field(min_length=1)
     group: str = Field(default="default", min_length=1)
     use: str = Field(min_length=1, description="module.path:name of a BaseTool or factory")
+    deferred: bool = Field(
+        default=False, description="hidden until promoted when tool_search is enabled"
+    )
 
 
 def _json_compatible(value: Any, where: str) -> Any:
@@ -892,6 +896,13 @@ class WebConfig(_Section):
     search_max_results: int = Field(default=5, ge=1, le=20)
 
 
+class ToolSearchConfig(_Section):
+    """Deferred tools (MCP tools, tools marked ``deferred``) and ``tool_search`` (slots 27-29)."""
+
+    enabled: bool = False
+    max_results: int = Field(default=5, ge=1, le=50)
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -919,6 +930,7 @@ class Settings(_Section):
     safety_finish_reason: SafetyFinishReasonConfig = Field(default_factory=SafetyFinishReasonConfig)
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     web: WebConfig = Field(default_factory=WebConfig)
+    tool_search: ToolSearchConfig = Field(default_factory=ToolSearchConfig)
 
     @field_validator("models")
     @classmethod

@@ -68,5 +68,9 @@ def load_tools(
             continue
         if include is not None and not include(entry):
             continue
-        result.append(_resolve(entry.use, entry.name))
+        resolved = _resolve(entry.use, entry.name)
+        if entry.deferred:
+            metadata = {**(resolved.metadata or {}), "deferred": True}
+            resolved = resolved.model_copy(update={"metadata": metadata})
+        result.append(resolved)
     return result

@@ -27,7 +27,14 @@ from tools.mcp import get_mcp_manager
 from tools.registry import load_tools, tool_configs
 from tools.web import search_available
 
-__all__ = ["COMMAND_GROUP", "MCP_GROUP", "VISION_GROUP", "reserved_tool_names", "select_tools"]
+__all__ = [
+    "COMMAND_GROUP",
+    "MCP_GROUP",
+    "VISION_GROUP",
+    "deferred_catalog",
+    "reserved_tool_names",
+    "select_tools",
+]
 
 VISION_GROUP = "vision"
 COMMAND_GROUP = "sandbox"
@@ -55,6 +62,14 @@ def select_tools(
     return tools
 
 
+def deferred_catalog(settings: Settings) -> list[BaseTool]:
+    """Every deferred tool an agent of ``settings`` may have (configured and MCP)."""
+    configured = [tool for tool in load_tools(settings) if (tool.metadata or {}).get("deferred")]
+    manager = get_mcp_manager(settings)
+    mcp = [t for t in manager.tools() if (t.metadata or {}).get("deferred")] if manager else []
+    return configured + mcp
+
+
 def reserved_tool_names(settings: Settings) -> list[str]:
     """Names MCP tools may not take (built-in and configured tools, ``task``)."""
-    return [entry.name for entry in tool_configs(settings)] + ["task"]
+    return [entry.name for entry in tool_configs(settings)] + ["task", "tool_search"]

@@ -66,7 +66,7 @@ async def test_mcp_tools_stay_hidden_until_tool_search_promotes_them(
     first, second, third, _ = recorded_calls(key)
     assert "tool_search" in first.tools
     assert not {"add", "report", "fail"} & set(first.tools)
-    hidden = [m for m in second.messages if isinstance(m, ToolMessage)][0]
+    hidden = next(m for m in second.messages if isinstance(m, ToolMessage))
     assert hidden.status == "error" and "tool_search" in hidden.text
     assert "add" in third.tools and "report" not in third.tools
     results = [m["content"] for m in values["messages"] if m["type"] == "tool"]
@@ -92,7 +92,7 @@ async def test_a_message_naming_a_tool_promotes_it_without_a_search(
     assert "report" in first.tools and "add" not in first.tools
     assert (
         "[image from the MCP tool"
-        in [m for m in values["messages"] if m["type"] == "tool"][0]["content"]
+        in next(m for m in values["messages"] if m["type"] == "tool")["content"]
     )
     assert {
         "type": "middleware:tool_promotion",

@@ -43,6 +43,7 @@ from runtime.config import aget_settings
 from sandbox.base import SandboxProvider
 from sandbox.provider import get_sandbox_provider
 from sandbox.thread_files import check_file_store
+from tools.mcp import close_mcp_managers
 
 __all__ = ["app", "drain_period", "lifespan", "release_after_drain"]
 
@@ -99,6 +100,7 @@ async def lifespan(_: Starlette) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await close_mcp_managers()
         await release_after_drain(provider, timeout=drain_period())
         # Runs have drained: what they queued for memory extraction is extracted now.
         await get_memory_queue().drain()

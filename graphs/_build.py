@@ -32,6 +32,7 @@ from subagents.limits import resolve_subagent_limits
 from tools.clarification import for_clarification_mode
 from tools.selection import select_tools
 from tools.task import make_task_tool
+from tools.tool_search import make_tool_search
 
 __all__ = ["build_agent"]
 
@@ -104,6 +105,12 @@ def build_agent(
         else select_tools(settings, kind=kind, model=resolved.entry)
     )
     agent_tools = [for_clarification_mode(t, settings.clarification.mode) for t in agent_tools]
+    if kind == "lead_agent" and settings.tool_search.enabled:
+        catalog = [t for t in agent_tools if (t.metadata or {}).get("deferred")]
+        if catalog:
+            agent_tools.append(
+                make_tool_search(catalog, max_results=settings.tool_search.max_results)
+            )
     if effective["subagent_enabled"]:
         limits = resolve_subagent_limits(settings.subagents, options)
         agent_tools.append(

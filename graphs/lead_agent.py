@@ -13,6 +13,8 @@ from graphs.prompts import LEAD_SYSTEM_PROMPT
 from graphs.subagent import build_subagent
 from runtime.config import Settings, aget_settings
 from runtime.skills import aget_skill_registry
+from tools.mcp import discover_mcp_tools
+from tools.selection import reserved_tool_names
 
 __all__ = ["build_lead_agent", "make_lead_agent"]
 
@@ -36,4 +38,5 @@ async def make_lead_agent(config: RunnableConfig) -> CompiledStateGraph[Any, Any
     settings = await aget_settings()
     await aload_extensions(settings)  # plugin imports and install() run off the event loop
     await aget_skill_registry(settings)  # skills are read once, off the event loop
+    await discover_mcp_tools(settings, reserved_tool_names(settings))
     return build_lead_agent(settings, config)

@@ -26,6 +26,8 @@ from subagents.types import (
     resolve_type_tools,
     subagent_types,
 )
+from tools.mcp import discover_mcp_tools
+from tools.selection import reserved_tool_names
 from tools.task import TOOL_CATALOG
 
 __all__ = ["build_subagent", "make_subagent", "recursion_limit_for", "subagent_type_of"]
@@ -97,4 +99,5 @@ async def make_subagent(config: RunnableConfig) -> CompiledStateGraph[Any, Any, 
     settings = await aget_settings()
     await aload_extensions(settings)  # plugin imports and install() run off the event loop
     await aget_skill_registry(settings)  # skills are read once, off the event loop
+    await discover_mcp_tools(settings, reserved_tool_names(settings))
     return build_subagent(settings, config)

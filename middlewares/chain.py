@@ -53,12 +53,15 @@ from middlewares._skills import SkillChannel
 from middlewares.clarification import ClarificationMiddleware
 from middlewares.completed_subagent_usage import CompletedSubagentUsageMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
+from middlewares.deferred_tool_filter import DeferredToolFilterMiddleware
+from middlewares.deferred_tool_promotion_audit import DeferredToolPromotionAuditMiddleware
 from middlewares.durable_context import DurableContextMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware
 from middlewares.guardrail import GuardrailMiddleware
 from middlewares.input_sanitization import InputSanitizationMiddleware
 from middlewares.llm_error_handling import LLMErrorHandlingMiddleware
 from middlewares.loop_detection import LoopDetectionMiddleware
+from middlewares.mcp_routing import McpRoutingMiddleware
 from middlewares.memory import MemoryMiddleware
 from middlewares.model_content_compatibility import ModelContentCompatibilityMiddleware
 from middlewares.model_length_finish_reason import ModelLengthFinishReasonMiddleware
@@ -482,6 +485,19 @@ def _token_budget(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
     return TokenBudgetMiddleware(max_tokens_per_run=limit, usage_tracked=tracked)
 
 
+def _tool_search_on(inputs: ChainInputs) -> bool:
+    return inputs.settings.tool_search.enabled
+
+
+def _mcp_routing(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
+    if not _tool_search_on(inputs):
+        return None
+    from tools.selection import deferred_catalog
+
+    settings = inputs.settings
+    return McpRoutingMiddleware(catalog=lambda: deferred_catalog(settings))
+
+
 def _llm_error_handling(inputs: ChainInputs) -> AgentMiddleware[Any, Any]:
     settings = inputs.settings
     return LLMErrorHandlingMiddleware.from_config(
@@ -563,6 +579,11 @@ FACTORIES: dict[str, Factory] = {
     "TokenBudgetMiddleware": _token_budget,  # 33
     "CompletedSubagentUsageMiddleware": lambda i: CompletedSubagentUsageMiddleware(),  # 33
     "TitleMiddleware": _title,  # 24
+    "McpRoutingMiddleware": _mcp_routing,  # 27
+    "DeferredToolPromotionAuditMiddleware": lambda i: (  # 28
+        DeferredToolPromotionAuditMiddleware() if _tool_search_on(i) else None
+    ),
+    "DeferredToolFilterMiddleware": lambda i: DeferredToolFilterMiddleware(),  # 29
     "ClarificationMiddleware": lambda i: ClarificationMiddleware(  # 40
         mode=i.settings.clarification.mode
     ),

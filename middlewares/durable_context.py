@@ -56,8 +56,8 @@ from deerflow_extension_api.provenance import (
     provenance_kwargs,
     read_provenance,
 )
-from middlewares.untrusted_content import neutralize_untrusted_tags
 from runtime.state import ThreadState
+from runtime.untrusted_content import neutralize_untrusted_tags
 from subagents.contract import TASK_TOOL_NAME, TERMINAL_STATUSES, read_task_result_metadata
 from subagents.ledger import (
     Delegation,

@@ -35,7 +35,7 @@ from langchain.agents.middleware.types import ModelCallResult, ModelRequest, Mod
 from langchain_core.messages import AnyMessage, HumanMessage
 
 from middlewares._text import content_text
-from middlewares.untrusted_content import neutralize_untrusted_tags_counted
+from runtime.untrusted_content import neutralize_untrusted_tags_counted
 
 __all__ = [
     "ORIGINAL_USER_CONTENT_KEY",

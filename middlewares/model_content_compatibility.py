@@ -30,7 +30,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage
 
 from middlewares.model_response import block_type_is
-from middlewares.untrusted_content import neutralize_untrusted_tags
+from runtime.untrusted_content import neutralize_untrusted_tags
 
 __all__ = [
     "ModelContentCompatibilityMiddleware",

@@ -24,7 +24,7 @@ from langgraph.types import Command
 
 from middlewares._tool_results import apply_sized, map_tool_messages, with_text
 from middlewares.tool_transform_meta import append_tool_transform
-from middlewares.untrusted_content import neutralize_untrusted_tags_counted
+from runtime.untrusted_content import neutralize_untrusted_tags_counted
 
 __all__ = [
     "MCP_METADATA_TAG",

@@ -55,6 +55,7 @@ __all__ = [
     "KubernetesSandboxConfig",
     "LLMErrorHandlingConfig",
     "LoopDetectionConfig",
+    "McpServerConfig",
     "MemoryConfig",
     "MemoryEmbeddingsConfig",
     "ModelConfig",
@@ -73,7 +74,9 @@ __all__ = [
     "ToolConfig",
     "ToolOutputConfig",
     "ToolProgressConfig",
+    "ToolSearchConfig",
     "VerificationConfig",
+    "WebConfig",
     "aget_settings",
     "config_path",
     "get_settings",
@@ -642,7 +645,9 @@ class ToolGroupsConfig(_Section):
     """
 
     lead_agent: list[str] | None = None
-    subagent: list[str] | None = Field(default_factory=lambda: ["sandbox", "files", "vision"])
+    subagent: list[str] | None = Field(
+        default_factory=lambda: ["sandbox", "files", "vision", "web", "mcp"]
+    )
 
     def for_kind(self, kind: str) -> list[str] | None:
         return self.lead_agent if kind == "lead_agent" else self.subagent
@@ -778,6 +783,9 @@ class ToolConfig(BaseModel):
     name: str = Field(min_length=1)
     group: str = Field(default="default", min_length=1)
     use: str = Field(min_length=1, description="module.path:name of a BaseTool or factory")
+    deferred: bool = Field(
+        default=False, description="hidden until promoted when tool_search is enabled"
+    )
 
 
 def _json_compatible(value: Any, where: str) -> Any:
@@ -1161,6 +1169,65 @@ class FilesConfig(_Section):
     backend: Literal["local", "shared"] = "local"
 
 
+class McpServerConfig(_Section):
+    """One MCP server whose tools the agents get (``mcp_servers.<name>``)."""
+
+    transport: Literal["stdio", "streamable_http", "sse"] = "stdio"
+    command: str | None = Field(default=None, description="stdio: the program to run")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] | None = Field(
+        default=None, description="stdio: the server's environment ($VAR values resolve)"
+    )
+    url: str | None = Field(default=None, description="streamable_http / sse endpoint")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="HTTP headers; $VAR / ${VAR} inside values resolve"
+    )
+    enabled: bool = True
+    tools: list[str] | None = Field(
+        default=None, description="allow-list of the server's tool names; null: all"
+    )
+    timeout: float = Field(default=30.0, gt=0, le=3600, description="seconds per call")
+    deferred: bool = Field(
+        default=True, description="hidden until promoted when tool_search is enabled"
+    )
+
+    @model_validator(mode="after")
+    def _transport_needs(self) -> McpServerConfig:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("transport stdio needs command")
+        if self.transport != "stdio":
+            if not self.url:
+                raise ValueError(f"transport {self.transport} needs url")
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError("url must be http(s)")
+        return self
+
+
+class WebConfig(_Section):
+    """The ``web`` tool group: ``web_fetch`` and ``web_search``."""
+
+    fetch_max_bytes: int = Field(default=2_000_000, ge=1024, le=50_000_000)
+    fetch_max_chars: int = Field(default=50_000, ge=1000, le=1_000_000)
+    fetch_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
+    allow_private_networks: list[str] = Field(
+        default_factory=list,
+        description="CIDRs or host names web_fetch may reach although private/loopback",
+    )
+    search_use: str = Field(
+        default="tools.web:TavilySearchProvider",
+        description="module:Class of the web_search provider",
+    )
+    search_options: dict[str, Any] = Field(default_factory=dict)
+    search_max_results: int = Field(default=5, ge=1, le=20)
+
+
+class ToolSearchConfig(_Section):
+    """Deferred tools (MCP tools, tools marked ``deferred``) and ``tool_search`` (slots 27-29)."""
+
+    enabled: bool = False
+    max_results: int = Field(default=5, ge=1, le=50)
+
+
 class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
@@ -1207,6 +1274,10 @@ class Settings(_Section):
                 "volume every replica shares)"
             )
         return self
+
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    web: WebConfig = Field(default_factory=WebConfig)
+    tool_search: ToolSearchConfig = Field(default_factory=ToolSearchConfig)
 
     @field_validator("models")
     @classmethod

@@ -124,12 +124,23 @@ def merge_run_usage(existing: dict[str, Any] | None, new: dict[str, Any] | None)
     return result
 
 
+def merge_promoted(existing: dict[str, str] | None, new: dict[str, str] | None) -> dict[str, str]:
+    """Promoted deferred tools: name -> hash of the schema that was promoted (newest wins)."""
+    result = dict(existing) if isinstance(existing, dict) else {}
+    for name, digest in new.items() if isinstance(new, dict) else ():
+        if isinstance(name, str) and isinstance(digest, str):
+            result[name] = digest
+    return result
+
+
 class ThreadState(AgentState[Any]):
     sandbox: NotRequired[Annotated[SandboxState | None, last_sandbox]]
     thread_data: NotRequired[ThreadDataState | None]
     title: NotRequired[str | None]
     artifacts: NotRequired[Annotated[list[str], merge_artifacts]]
     viewed_images: NotRequired[Annotated[dict[str, ViewedImage], merge_viewed_images]]
+    # Deferred tools promoted by tool_search (name -> schema hash; spec 29).
+    promoted: NotRequired[Annotated[dict[str, str], merge_promoted]]
     # The delegation ledger (task tool + SubagentLimitMiddleware; subagents/ledger.py):
     # entries keyed by (run_id, tool_call_id), revalidated on every read.
     delegations: NotRequired[Annotated[list[dict[str, Any]], merge_delegations]]

@@ -17,6 +17,7 @@ __all__ = ["DEFAULT_TOOLS", "load_tools", "tool_configs"]
 
 # The built-in default tool set, used when config has no ``tools:`` key.
 # Groups: ``sandbox`` (shell; needs a provider that allows commands), ``files``,
+# ``web`` (web_fetch; web_search only when its provider has a key),
 # ``present`` (lead only by default), ``vision`` (vision models only) and
 # ``clarification`` (lead only by default: a subagent cannot ask the user) and
 # ``memory`` (only with ``memory.mode: tool``, lead only: subagents never write memory).
@@ -29,6 +30,8 @@ DEFAULT_TOOLS: tuple[ToolConfig, ...] = (
     ToolConfig(name="write_file", group="files", use="tools.files:write_file"),
     ToolConfig(name="str_replace", group="files", use="tools.files:str_replace"),
     ToolConfig(name="present_files", group="present", use="tools.present:present_files"),
+    ToolConfig(name="web_fetch", group="web", use="tools.web:web_fetch"),
+    ToolConfig(name="web_search", group="web", use="tools.web:web_search"),
     ToolConfig(name="view_image", group="vision", use="tools.view_image:view_image"),
     ToolConfig(
         name="ask_clarification", group="clarification", use="tools.clarification:ask_clarification"
@@ -69,5 +72,9 @@ def load_tools(
             continue
         if include is not None and not include(entry):
             continue
-        result.append(_resolve(entry.use, entry.name))
+        resolved = _resolve(entry.use, entry.name)
+        if entry.deferred:
+            metadata = {**(resolved.metadata or {}), "deferred": True}
+            resolved = resolved.model_copy(update={"metadata": metadata})
+        result.append(resolved)
     return result

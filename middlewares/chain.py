@@ -229,7 +229,7 @@ def subagent_type_of(config: RunnableConfig | None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-PENDING_SECTIONS = frozenset({"tool_search"})
+PENDING_SECTIONS: frozenset[str] = frozenset()
 """Config sections the spec's chain names but ``Settings`` does not declare yet:
 their slots read the given default until the section lands."""
 

@@ -65,6 +65,7 @@ from middlewares.tool_output_budget import ToolOutputBudgetMiddleware
 from middlewares.tool_receipt import ToolReceiptMiddleware
 from middlewares.tool_result_sanitization import ToolResultSanitizationMiddleware
 from middlewares.uploads import UploadsMiddleware
+from middlewares.view_image import ViewImageMiddleware
 from runtime.config import ConfigError, ModelConfig, Settings
 from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import RunOptions, resolve_run_options
@@ -355,6 +356,7 @@ FACTORIES: dict[str, Factory] = {
     ),
     "TodoListMiddleware": lambda i: TodoListMiddleware(),  # 22 (plan mode)
     "TitleMiddleware": _title,  # 24
+    "ViewImageMiddleware": lambda i: ViewImageMiddleware(i.settings),  # 26 (vision models)
     "ClarificationMiddleware": lambda i: ClarificationMiddleware(),  # 40
 }
 

@@ -42,6 +42,8 @@ from deerflow_extension_api._host import apply_contributions
 from deerflow_extension_api._placement import StackEntry
 from deerflow_extension_api._plugins import LoadedExtensions, load_extensions
 from deerflow_extension_api._store import TaskStoreScope
+from middlewares.artifact_capture import ArtifactCaptureMiddleware
+from middlewares.artifact_resolution import ArtifactResolutionMiddleware
 from middlewares.clarification import ClarificationMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
 from middlewares.dynamic_context import DynamicContextMiddleware
@@ -332,10 +334,12 @@ FACTORIES: dict[str, Factory] = {
     "SandboxMiddleware": lambda i: SandboxMiddleware(i.settings),  # 7
     "DanglingToolCallMiddleware": lambda i: DanglingToolCallMiddleware(),  # 8
     "LLMErrorHandlingMiddleware": _llm_error_handling,  # 9
+    "ArtifactResolutionMiddleware": lambda i: ArtifactResolutionMiddleware(),  # 10
     "ToolReceiptMiddleware": lambda i: ToolReceiptMiddleware.from_config(i.settings.verification),
     "SandboxAuditMiddleware": lambda i: SandboxAuditMiddleware(),  # 12
     "ReadBeforeWriteMiddleware": lambda i: ReadBeforeWriteMiddleware.from_settings(i.settings),
     "ToolErrorHandlingMiddleware": lambda i: ToolErrorHandlingMiddleware(),  # 15
+    "ArtifactCaptureMiddleware": lambda i: ArtifactCaptureMiddleware(i.settings),  # 16
     "SystemMessageCoalescingMiddleware": lambda i: SystemMessageCoalescingMiddleware(),  # 30
     "SubagentLimitMiddleware": lambda i: SubagentLimitMiddleware(  # 31
         resolve_subagent_limits(i.settings.subagents, i.options)

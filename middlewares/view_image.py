@@ -24,10 +24,9 @@ import asyncio
 import base64
 import hashlib
 import logging
-import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
@@ -39,6 +38,7 @@ from deerflow_extension_api.provenance import (
     provenance_kwargs,
     read_provenance,
 )
+from middlewares._sync import run_sync
 from runtime.config import Settings
 from sandbox.base import SandboxError, SandboxProvider
 from sandbox.paths import parse_virtual_path
@@ -61,8 +61,6 @@ MAX_IMAGES = 4
 MAX_BASE64_BYTES = 28 * 1024 * 1024
 VIEWED_IMAGE_ID_PREFIX = "deerflow-viewed-images:"
 VIEWED_IMAGE_MARKER = "deerflow_viewed_images"
-
-T = TypeVar("T")
 
 
 def base64_size(raw_size: int) -> int:
@@ -101,28 +99,6 @@ def _records(state: Any) -> list[tuple[str, Mapping[str, Any]]]:
 
 def _encode(data: bytes) -> tuple[str | None, str, str]:
     return sniff_image_type(data), hashlib.sha256(data).hexdigest(), base64.b64encode(data).decode()
-
-
-def _run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from sync code (a private loop on a helper thread if one runs here)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    outcome: dict[str, Any] = {}
-
-    def runner() -> None:
-        try:
-            outcome["value"] = asyncio.run(coroutine)
-        except BaseException as exc:  # re-raised in the caller's thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=runner, name="view-image", daemon=True)
-    worker.start()
-    worker.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]  # type: ignore[no-any-return]
 
 
 class ViewImageMiddleware(AgentMiddleware[Any, Any]):
@@ -248,7 +224,9 @@ class ViewImageMiddleware(AgentMiddleware[Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
-        images = _run_sync(self._collect(request)) if _records(request.state) else []
+        images = (
+            run_sync(self._collect(request), name="view-image") if _records(request.state) else []
+        )
         return handler(self._rebuilt(request, images))
 
     async def awrap_model_call(

@@ -61,9 +61,7 @@ async def test_viewed_image_reaches_the_vision_model_but_not_the_thread_state(
     encoded = base64.b64encode(PNG).decode()
     state = await lg_client().threads.get_state(thread_id)
     assert encoded[:2048] not in json.dumps(state["values"])
-    assert state["values"]["viewed_images"]["/mnt/user-data/uploads/chart.png"]["size"] == len(
-        PNG
-    )
+    assert state["values"]["viewed_images"]["/mnt/user-data/uploads/chart.png"]["size"] == len(PNG)
     history = await lg_client().threads.get_history(thread_id)
     assert all(encoded[:2048] not in json.dumps(h["values"]) for h in history)
 

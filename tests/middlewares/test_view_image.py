@@ -12,6 +12,8 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+from graphs._build import build_agent
+from graphs.prompts import LEAD_SYSTEM_PROMPT
 from middlewares.chain import FACTORIES
 from middlewares.view_image import (
     VIEWED_IMAGE_ID_PREFIX,
@@ -21,7 +23,7 @@ from middlewares.view_image import (
 )
 from runtime.config import load_settings
 from runtime.recording_model import ModelCall, recorded_calls
-from tests.support.sandbox_runs import run_agent
+from tests.support.sandbox_runs import run_agent, run_config
 from tests.support.scripted import (
     ai_text,
     ai_tools,
@@ -202,3 +204,24 @@ async def test_records_of_another_thread_are_not_read(tmp_path: Path) -> None:
     texts = [m.text for m in call.messages]
     assert "old injected context" not in texts  # stale server-marked context removed
     assert "user text" in texts  # the id prefix alone is not enough to remove a message
+
+
+def test_sync_invoke_rebuilds_the_image_context_too(tmp_path: Path) -> None:
+    """The sync twin reads through the same sandbox (on a private loop)."""
+    key = f"view-{uuid.uuid4()}"
+    settings = _settings(tmp_path, [ai_text("I see it")], key)
+    image = _png("sync")
+    uploads = _uploads_dir(settings, "t6")
+    uploads.mkdir(parents=True)
+    (uploads / "s.png").write_bytes(image)
+    config = run_config("t6", "alice")
+    graph = build_agent(settings, config, kind="lead_agent", system_prompt=LEAD_SYSTEM_PROMPT)
+    graph.checkpointer = InMemorySaver()
+    record = {"mime_type": "image/png", "size": len(image), "sha256": "old"}
+    graph.invoke(
+        {"messages": [HumanMessage("look")], "viewed_images": {f"{UPLOADS}/s.png": record}},
+        config,
+    )
+    (call,) = recorded_calls(key)
+    assert _images(call) == [_b64(image)]
+    assert "changed since you viewed it" in call.text

@@ -50,6 +50,8 @@ from deerflow_extension_api.host import (
 from memory.queue import get_memory_queue
 from memory.recall import MemoryRecall
 from middlewares._skills import SkillChannel
+from middlewares.artifact_capture import ArtifactCaptureMiddleware
+from middlewares.artifact_resolution import ArtifactResolutionMiddleware
 from middlewares.clarification import ClarificationMiddleware
 from middlewares.completed_subagent_usage import CompletedSubagentUsageMiddleware
 from middlewares.dangling_tool_call import DanglingToolCallMiddleware
@@ -87,6 +89,7 @@ from middlewares.tool_progress import ToolProgressMiddleware
 from middlewares.tool_receipt import ToolReceiptMiddleware
 from middlewares.tool_result_sanitization import ToolResultSanitizationMiddleware
 from middlewares.uploads import UploadsMiddleware
+from middlewares.view_image import ViewImageMiddleware
 from runtime.config import ConfigError, ModelConfig, Settings
 from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import RunOptions, merged_run_config, resolve_run_options
@@ -541,6 +544,7 @@ FACTORIES: dict[str, Factory] = {
     ),
     "DanglingToolCallMiddleware": lambda i: DanglingToolCallMiddleware(),  # 8
     "LLMErrorHandlingMiddleware": _llm_error_handling,  # 9
+    "ArtifactResolutionMiddleware": lambda i: ArtifactResolutionMiddleware(),  # 10
     "ToolReceiptMiddleware": lambda i: ToolReceiptMiddleware.from_config(i.settings.verification),
     "GuardrailMiddleware": _guardrail,  # 11
     "SandboxAuditMiddleware": lambda i: SandboxAuditMiddleware(),  # 12
@@ -549,6 +553,7 @@ FACTORIES: dict[str, Factory] = {
         retryable_failures_to_block=i.settings.tool_progress.retryable_failures_to_block
     ),
     "ToolErrorHandlingMiddleware": lambda i: ToolErrorHandlingMiddleware(),  # 15
+    "ArtifactCaptureMiddleware": lambda i: ArtifactCaptureMiddleware(i.settings),  # 16
     "SystemMessageCoalescingMiddleware": lambda i: SystemMessageCoalescingMiddleware(),  # 30
     "SubagentLimitMiddleware": lambda i: SubagentLimitMiddleware(  # 31
         resolve_subagent_limits(i.settings.subagents, i.options)
@@ -579,6 +584,7 @@ FACTORIES: dict[str, Factory] = {
     "TokenBudgetMiddleware": _token_budget,  # 33
     "CompletedSubagentUsageMiddleware": lambda i: CompletedSubagentUsageMiddleware(),  # 33
     "TitleMiddleware": _title,  # 24
+    "ViewImageMiddleware": lambda i: ViewImageMiddleware(i.settings),  # 26 (vision models)
     "McpRoutingMiddleware": _mcp_routing,  # 27
     "DeferredToolPromotionAuditMiddleware": lambda i: (  # 28
         DeferredToolPromotionAuditMiddleware() if _tool_search_on(i) else None

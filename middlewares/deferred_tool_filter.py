@@ -35,6 +35,8 @@ def _visible(tool: Any, promoted: dict[str, str]) -> bool:
 class DeferredToolFilterMiddleware(AgentMiddleware[Any, Any]):
     """Hide unpromoted deferred tool schemas; refuse calls to them."""
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     def release_policy_parameters(self) -> dict[str, Any]:
         return {"hash_scoped": True}
 

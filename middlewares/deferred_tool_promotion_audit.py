@@ -34,6 +34,8 @@ _MAX_RUNS = 1024
 class DeferredToolPromotionAuditMiddleware(AgentMiddleware[Any, Any]):
     """Claim and report each tool_search promotion once per run."""
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     def __init__(self, *, tool_name: str = "tool_search") -> None:
         super().__init__()
         self._tool_name = tool_name

@@ -58,6 +58,8 @@ class McpRoutingMiddleware(AgentMiddleware[Any, Any]):
         catalog: returns the agent's deferred tools (called once per run).
     """
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     def __init__(self, *, catalog: Callable[[], Sequence[BaseTool]]) -> None:
         super().__init__()
         self._catalog = catalog

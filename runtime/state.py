@@ -18,6 +18,7 @@ __all__ = [
     "ThreadState",
     "ViewedImage",
     "last_sandbox",
+    "merge_artifact_handles",
     "merge_artifacts",
     "merge_run_usage",
     "merge_skill_context",
@@ -47,6 +48,20 @@ def merge_artifacts(existing: list[str] | None, new: list[str] | None) -> list[s
     for item in new or []:
         if item not in result:
             result.append(item)
+    return result
+
+
+def merge_artifact_handles(
+    existing: dict[str, dict[str, Any]] | None, new: dict[str, dict[str, Any]] | None
+) -> dict[str, dict[str, Any]]:
+    """Handle -> artifact record (ArtifactCaptureMiddleware, docs/artifacts.md); newest wins.
+
+    Malformed values (a client can write state) are ignored, never raised on.
+    """
+    result = dict(existing) if isinstance(existing, dict) else {}
+    for handle, record in new.items() if isinstance(new, dict) else ():
+        if isinstance(handle, str) and isinstance(record, dict):
+            result[handle] = record
     return result
 
 
@@ -141,6 +156,8 @@ class ThreadState(AgentState[Any]):
     viewed_images: NotRequired[Annotated[dict[str, ViewedImage], merge_viewed_images]]
     # Deferred tools promoted by tool_search (name -> schema hash; spec 29).
     promoted: NotRequired[Annotated[dict[str, str], merge_promoted]]
+    # Artifact handles (ArtifactCaptureMiddleware 16, resolved by ArtifactResolution 10).
+    artifact_handles: NotRequired[Annotated[dict[str, dict[str, Any]], merge_artifact_handles]]
     # The delegation ledger (task tool + SubagentLimitMiddleware; subagents/ledger.py):
     # entries keyed by (run_id, tool_call_id), revalidated on every read.
     delegations: NotRequired[Annotated[list[dict[str, Any]], merge_delegations]]

@@ -1,14 +1,15 @@
 """``view_image``: let a vision model look at an image file (vision models only).
 
-The image reaches the model as an image content block on the tool result.
-State keeps only a lightweight record in ``viewed_images`` (type, size,
-hash), never the bytes; a ViewImageMiddleware (spec number 26, not built
-yet) would move the bytes out of the checkpointed message as well.
+The tool validates the image and records a lightweight entry in state
+``viewed_images`` (type, size, hash), never the bytes; its ``ToolMessage``
+only says the image was viewed, so checkpoints hold no base64.
+ViewImageMiddleware (spec number 26) re-reads the newest viewed images into
+each model request as hidden, request-only context.
 """
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import hashlib
 from typing import Any
 
@@ -55,16 +56,13 @@ async def _view_image(image_path: str, runtime: ToolRuntime) -> str | Command[An
         mime = sniff_image_type(data)
         if mime is None:
             raise SandboxError(f"{virtual}: not a PNG, JPEG, GIF or WebP image")
-        record = {
-            "mime_type": mime,
-            "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-        }
-        content: list[str | dict[str, Any]] = [
-            {"type": "text", "text": f"Image {virtual} ({mime}, {len(data)} bytes):"},
-            {"type": "image", "base64": base64.b64encode(data).decode("ascii"), "mime_type": mime},
-        ]
-        return ToolOutcome(content, update={"viewed_images": {virtual: record}})
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+        record = {"mime_type": mime, "size": len(data), "sha256": digest}
+        text = (
+            f"Viewed image {virtual} ({mime}, {len(data)} bytes). "
+            "It is attached to your next request."
+        )
+        return ToolOutcome(text, update={"viewed_images": {virtual: record}})
 
     return await run_sandbox_tool("view_image", runtime, operation)
 

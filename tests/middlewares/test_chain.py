@@ -111,10 +111,12 @@ REAL_LEAD_DEFAULT: list[str] = [
     "SandboxMiddleware",
     "DanglingToolCallMiddleware",
     "LLMErrorHandlingMiddleware",
+    "ArtifactResolutionMiddleware",
     "ToolReceiptMiddleware",
     "SandboxAuditMiddleware",
     "ReadBeforeWriteMiddleware",
     "ToolErrorHandlingMiddleware",
+    "ArtifactCaptureMiddleware",
     "DynamicContextMiddleware",  # always installed (issue 19.5)
     "SkillActivationMiddleware",  # skills are on by default
     "SkillToolPolicyMiddleware",
@@ -131,7 +133,7 @@ REAL_LEAD_DEFAULT: list[str] = [
 REAL_SUBAGENT_DEFAULT: list[str] = [
     *(
         name  # the runtime base without the lead-only Uploads
-        for name in REAL_LEAD_DEFAULT[: REAL_LEAD_DEFAULT.index("ToolErrorHandlingMiddleware") + 1]
+        for name in REAL_LEAD_DEFAULT[: REAL_LEAD_DEFAULT.index("ArtifactCaptureMiddleware") + 1]
         if name != "UploadsMiddleware"
     ),
     "DurableContextMiddleware",  # immediately before subagent summarization

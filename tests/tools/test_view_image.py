@@ -1,4 +1,8 @@
-"""``view_image``: offered to vision models only; the image reaches the model, state stays light."""
+"""``view_image``: offered to vision models only; its result and state stay light.
+
+That the image then reaches the model is ViewImageMiddleware's job
+(tests/middlewares/test_view_image.py).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ def _vision_settings(tmp_path: Path, script: list[dict[str, object]], vision: bo
     )
 
 
-async def test_vision_model_sees_the_image(tmp_path: Path) -> None:
+async def test_vision_model_views_the_image(tmp_path: Path) -> None:
     script = [
         ai_tools(tool_call("view_image", image_path="/mnt/user-data/uploads/dot.png")),
         ai_tools(tool_call("view_image", image_path="/mnt/user-data/uploads/notes.txt")),
@@ -42,14 +46,9 @@ async def test_vision_model_sees_the_image(tmp_path: Path) -> None:
     await asyncio.to_thread(setup)
     result = await run_agent(settings, "look", thread_id="img", user="alice")
     seen, not_image, outside = tool_messages(result)
-    assert isinstance(seen.content, list)
-    text, image = seen.content
-    assert isinstance(text, dict) and "image/png" in text["text"]
-    assert image == {
-        "type": "image",
-        "base64": base64.b64encode(PNG).decode(),
-        "mime_type": "image/png",
-    }
+    assert seen.status == "success" and isinstance(seen.content, str)
+    assert "Viewed image /mnt/user-data/uploads/dot.png (image/png" in seen.content
+    assert base64.b64encode(PNG).decode() not in seen.content
     assert not_image.status == "error" and "not a PNG" in str(not_image.content)
     assert outside.status == "error" and "outside the sandbox" in str(outside.content)
     assert result["viewed_images"] == {

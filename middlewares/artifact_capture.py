@@ -42,10 +42,10 @@ from langgraph.types import Command
 
 from middlewares._sync import run_sync
 from middlewares.model_content_compatibility import model_visible_location
-from middlewares.untrusted_content import neutralize_untrusted_tags
 from runtime.config import Settings
 from runtime.paths import VIRTUAL_OUTPUTS, thread_paths
 from runtime.state import ThreadState
+from runtime.untrusted_content import neutralize_untrusted_tags
 from sandbox import hostfs as _hostfs
 from sandbox.base import SandboxError, SandboxProvider
 from sandbox.provider import get_sandbox_provider

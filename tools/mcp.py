@@ -43,10 +43,12 @@ from runtime.untrusted_content import neutralize_untrusted_tags
 
 __all__ = [
     "MCP_METADATA_TAG",
+    "RESOURCES_KEY",
     "McpManager",
     "close_mcp_managers",
     "discover_mcp_tools",
     "get_mcp_manager",
+    "mcp_resources",
     "mcp_result_text",
     "resolve_env_refs",
 ]
@@ -86,6 +88,35 @@ def _connection(config: McpServerConfig) -> dict[str, Any]:
 
 def _safe(text: Any) -> str:
     return neutralize_untrusted_tags(" ".join(str(text).split()))[:500]
+
+
+RESOURCES_KEY = "deerflow_resources"
+
+
+def mcp_resources(result: types.CallToolResult) -> list[dict[str, Any]]:
+    """Embedded resources and resource links of a result, for ArtifactCaptureMiddleware.
+
+    The shape is the artifact contract's (docs/artifacts.md): ``uri``,
+    ``mime_type``, ``name`` and ``bytes_b64`` (an embedded file), ``text`` (an
+    embedded text) or neither (a link, recorded by URI, never fetched).
+    """
+    found: list[dict[str, Any]] = []
+    for block in result.content:
+        if isinstance(block, types.ResourceLink):
+            found.append({"uri": str(block.uri), "mime_type": block.mimeType, "name": block.name})
+        elif isinstance(block, types.EmbeddedResource):
+            resource = block.resource
+            entry: dict[str, Any] = {
+                "uri": str(resource.uri),
+                "mime_type": resource.mimeType,
+                "name": str(resource.uri).rstrip("/").rsplit("/", 1)[-1] or "resource",
+            }
+            if isinstance(resource, types.TextResourceContents):
+                entry["text"] = resource.text
+            else:
+                entry["bytes_b64"] = getattr(resource, "blob", "")
+            found.append(entry)
+    return found
 
 
 def mcp_result_text(result: types.CallToolResult) -> str:
@@ -250,8 +281,10 @@ class McpManager:
         return wrapped
 
     def _tool(self, server: _Server, spec: types.Tool, name: str) -> BaseTool:
-        async def call(**kwargs: Any) -> str:
-            return await self.call(server.name, spec.name, kwargs)
+        async def call(**kwargs: Any) -> tuple[str, dict[str, Any]]:
+            result = await self.call_result(server.name, spec.name, kwargs)
+            resources = mcp_resources(result)
+            return mcp_result_text(result), ({RESOURCES_KEY: resources} if resources else {})
 
         schema = dict(spec.inputSchema or {"type": "object", "properties": {}})
         schema.setdefault("type", "object")
@@ -260,6 +293,7 @@ class McpManager:
             description=(spec.description or f"{spec.name} (MCP server {server.name})")[:4000],
             args_schema=schema,
             coroutine=call,
+            response_format="content_and_artifact",
             metadata={
                 MCP_METADATA_TAG: {"server": server.name, "tool": spec.name},
                 "deferred": server.config.deferred,
@@ -271,6 +305,13 @@ class McpManager:
         return [tool for name in self._servers for tool in self._tools.get(name, ())]
 
     async def call(self, server_name: str, tool: str, args: dict[str, Any]) -> str:
+        """The tool's result as the model sees it (text with placeholders)."""
+        return mcp_result_text(await self.call_result(server_name, tool, args))
+
+    async def call_result(
+        self, server_name: str, tool: str, args: dict[str, Any]
+    ) -> types.CallToolResult:
+        """The raw result; ``isError`` results raise ``ToolException``."""
         server = self._servers[server_name]
         try:
             session = await server.connect()
@@ -291,10 +332,9 @@ class McpManager:
                 f"MCP server {server_name!r} failed during {tool!r} "
                 f"({type(exc).__name__}: {exc}); it will be restarted on the next call"
             ) from None
-        text = mcp_result_text(result)
         if result.isError:
-            raise ToolException(text)
-        return text
+            raise ToolException(mcp_result_text(result))
+        return result
 
     async def aclose(self) -> None:
         for server in self._servers.values():

@@ -19,7 +19,7 @@ from middlewares.chain import (
 )
 from runtime.config import Settings
 from runtime.models import create_chat_model, resolve_model_name
-from runtime.run_options import resolve_run_options
+from runtime.run_options import context_schema_for, resolve_run_options
 from runtime.state import ThreadState
 from subagents.limits import resolve_subagent_limits
 from tools.selection import select_tools
@@ -72,6 +72,7 @@ def build_agent(
             middleware, state_schema=ThreadState, config=config, tools=agent_tools
         ),
         state_schema=ThreadState,
+        context_schema=context_schema_for(kind),
         name=kind,
     )
     metadata: dict[str, Any] = {

@@ -66,7 +66,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast, get_type_hints
+from typing import Any, cast, get_type_hints
 
 from langchain.agents.factory import (
     _build_commands,
@@ -104,6 +104,7 @@ from langgraph.graph import StateGraph
 from langgraph.types import Command, Overwrite
 from langsmith import traceable
 from langsmith.utils import tracing_is_enabled
+from typing_extensions import TypedDict
 
 __all__ = [
     "CHAIN_NAME",

@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from runtime.paths import default_data_root
+
 __all__ = [
     "BUILTIN_SUBAGENT_TYPES",
     "ENV_OVERRIDES",
@@ -840,7 +842,8 @@ class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
     models: list[ModelConfig] = Field(default_factory=list)
-    data_root: str = ".deer-flow"
+    # Empty: runtime.paths.default_data_root() (outside the tree `langgraph dev` watches).
+    data_root: str = ""
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -882,6 +885,8 @@ class Settings(_Section):
         return self.models[0]
 
     def data_root_path(self) -> Path:
+        if not self.data_root.strip():
+            return default_data_root()
         root = Path(self.data_root).expanduser()
         return root if root.is_absolute() else PROJECT_ROOT / root
 

@@ -6,6 +6,7 @@ Ids must already be safe (``auth.identity.make_safe_user_id`` / ``safe_thread_id
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ __all__ = [
     "VIRTUAL_USER_DATA",
     "VIRTUAL_WORKSPACE",
     "ThreadPaths",
+    "default_data_root",
     "thread_paths",
 ]
 
@@ -24,6 +26,21 @@ VIRTUAL_WORKSPACE = f"{VIRTUAL_USER_DATA}/workspace"
 VIRTUAL_UPLOADS = f"{VIRTUAL_USER_DATA}/uploads"
 VIRTUAL_OUTPUTS = f"{VIRTUAL_USER_DATA}/outputs"
 VIRTUAL_SKILLS = "/mnt/skills"
+
+
+def default_data_root() -> Path:
+    """Where thread data lives when neither ``data_root`` nor ``DEERFLOW_DATA_ROOT`` is set.
+
+    ``$XDG_DATA_HOME/deerflow`` (default ``~/.local/share/deerflow``): outside the
+    project tree, because ``langgraph dev`` reloads on any ``.py`` written under
+    its working directory, and an agent that writes ``workspace/app.py`` there
+    would restart the server and cancel its own run.
+    """
+    base = os.environ.get("XDG_DATA_HOME") or ""
+    root = Path(base).expanduser() if base.strip() else Path.home() / ".local" / "share"
+    if not root.is_absolute():  # the XDG spec ignores relative values
+        root = Path.home() / ".local" / "share"
+    return root / "deerflow"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from runtime.paths import (
     VIRTUAL_USER_DATA,
     VIRTUAL_WORKSPACE,
     ThreadPaths,
+    default_data_root,
     thread_paths,
 )
 from sandbox import _hostfs
@@ -381,9 +382,7 @@ class LocalSandboxProvider(SandboxProvider):
         max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
         secret_env_patterns: Iterable[str] = (),
     ) -> None:
-        from runtime.config import PROJECT_ROOT
-
-        self.data_root = Path(data_root) if data_root is not None else PROJECT_ROOT / ".deer-flow"
+        self.data_root = Path(data_root) if data_root is not None else default_data_root()
         self.skills_dir = Path(skills_dir) if skills_dir is not None else None
         self.allow_host_bash = allow_host_bash
         self.command_timeout = command_timeout

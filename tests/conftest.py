@@ -83,14 +83,24 @@ def lg_client(lg_server: Any) -> Callable[..., Any]:
 def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
     """Factory: ``dev_server(env={...}, args=[...])`` starts ``langgraph dev``; stopped at teardown.
 
+    Hermetic: the servers of one test share a working directory under
+    ``tmp_path`` (their ``.langgraph_api`` and default data root), so a restart
+    finds the first server's threads; the developer's ``.env`` is never loaded.
+    Keyword options (``reload``, ``watch_project``, ``command``) go to ``DevServer``.
+
     Safe in async tests (it starts in a worker thread when a loop is running: the
     in-process server's blocking-call detector covers the whole test process).
     Read the log from async tests with ``await server.alog()``.
     """
     started: list[DevServer] = []
 
-    def start(env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> DevServer:
-        server = DevServer(tmp_path / f"langgraph-dev-{len(started)}.log", env=env, args=args)
+    def start(
+        env: Mapping[str, str] | None = None, args: Sequence[str] = (), **options: Any
+    ) -> DevServer:
+        options.setdefault("workdir", tmp_path / "langgraph-dev-home")
+        server = DevServer(
+            tmp_path / f"langgraph-dev-{len(started)}.log", env=env, args=args, **options
+        )
         started.append(server)
         return server.start()
 

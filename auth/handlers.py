@@ -29,6 +29,9 @@ from langgraph_sdk import Auth
 from auth.access import OWNER_KEY, Caller, refuse_delegated, resolve_caller
 from auth.authenticate import authenticate_request, log_startup_status
 from auth.hygiene import RejectedInput, sanitize_run_kwargs, strip_reserved
+from runtime.config import ConfigError, aget_settings
+from runtime.models import resolve_model_name
+from runtime.run_options import resolve_run_options
 
 __all__ = ["OWNER_KEY", "SYSTEM_CREATOR", "auth"]
 
@@ -45,7 +48,8 @@ logger = logging.getLogger("deerflow.auth")
 
 SYSTEM_CREATOR = "system"
 # Metadata keys only the server writes.
-_PROTECTED_METADATA = (OWNER_KEY, "created_by")
+MODEL_WARNING_KEY = "model_warning"
+_PROTECTED_METADATA = (OWNER_KEY, "created_by", MODEL_WARNING_KEY)
 
 auth = Auth()
 
@@ -80,6 +84,25 @@ def _protect(metadata: Any) -> None:
             metadata.pop(key, None)
 
 
+async def _note_model_warning(value: MutableMapping[str, Any], kwargs: Any) -> None:
+    """An unknown ``model_name`` runs the default model: say so in the run's metadata
+    (what ``runs.get`` returns), not only in the checkpoints."""
+    if not isinstance(kwargs, MutableMapping):
+        return
+    config = kwargs.get("config")
+    run_config: dict[str, Any] = dict(config) if isinstance(config, MutableMapping) else {}
+    run_config["context"] = kwargs.get("context")
+    options = resolve_run_options(run_config)  # type: ignore[arg-type]
+    if not options.model_name:
+        return
+    try:
+        warning = resolve_model_name(await aget_settings(), options.model_name).warning
+    except ConfigError:
+        return  # a broken config fails the run itself, with its own message
+    if warning:
+        _metadata(value)[MODEL_WARNING_KEY] = warning
+
+
 def _stamp_owner(value: MutableMapping[str, Any], caller: Caller) -> None:
     metadata = _metadata(value)
     _protect(metadata)
@@ -110,6 +133,7 @@ async def on_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filt
             removed = _sanitized(kwargs, user_id=caller.principal)
             if removed:
                 logger.info("run input hygiene removed %s", ", ".join(sorted(removed)))
+        await _note_model_warning(value, kwargs)
     elif action == "update":
         _protect(value.get("metadata"))
     elif action == "delete":

@@ -17,6 +17,7 @@ from middlewares.chain import (
     build_middlewares,
     build_subagent_runtime_middlewares,
 )
+from middlewares.model_warning import ModelWarningMiddleware
 from runtime.config import Settings
 from runtime.models import create_chat_model, resolve_model_name
 from runtime.run_options import context_schema_for, resolve_run_options
@@ -56,6 +57,9 @@ def build_agent(
         middleware = build_subagent_runtime_middlewares(
             inputs, custom_middlewares=custom_middlewares
         )
+    if resolved.warning:
+        # Not a chain slot: present only for a run whose model_name was unknown.
+        middleware = [*middleware, ModelWarningMiddleware(warning=resolved.warning)]
     agent_tools = (
         list(tools)
         if tools is not None

@@ -63,6 +63,7 @@ __all__ = [
     "ToolOutputConfig",
     "VerificationConfig",
     "aget_settings",
+    "builtin_config",
     "config_path",
     "get_settings",
     "import_object",
@@ -912,27 +913,79 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
 }
 
 # Built-in defaults when no config file exists: the offline scripted demo model,
-# so `make dev` works on a fresh clone with no API key.
+# so `make dev` works on a fresh clone with no API key. It plays a short guided
+# tour, one chapter per message, and starts over after the last one.
+_TOUR_FILE = "/mnt/user-data/outputs/tour-{cycle}.md"
+_DEMO_TOUR: list[dict[str, Any]] = [
+    {
+        "tool_calls": [
+            {
+                "name": "bash",
+                "args": {"description": "look around the workspace", "command": "ls -la"},
+            }
+        ]
+    },
+    {
+        "content": "Hello! I am the offline demo model of deerflow-server: a script, no API "
+        "key needed. I just ran `ls` in this thread's sandbox (that was a tool call). "
+        "Send another message to continue the tour (1/4)."
+    },
+    {
+        "tool_calls": [
+            {
+                "name": "write_file",
+                "args": {
+                    "description": "write a file for the user",
+                    "path": _TOUR_FILE,
+                    "content": "# Hello from the demo\n\nFiles under /mnt/user-data/outputs "
+                    "can be presented to the user.\n",
+                },
+            }
+        ]
+    },
+    {"tool_calls": [{"name": "present_files", "args": {"filepaths": [_TOUR_FILE]}}]},
+    {
+        "content": "I wrote a Markdown file and presented it: it is listed in this thread's "
+        "`artifacts`. Send another message to see a subagent (2/4)."
+    },
+    {
+        "tool_calls": [
+            {
+                "name": "task",
+                "args": {
+                    "description": "demo delegation",
+                    "prompt": "Look around your workspace and report what you see.",
+                    "subagent_type": "general-purpose",
+                },
+            }
+        ]
+    },
+    {
+        "content": "A subagent ran in its own context and reported back: its answer is "
+        "the `task` tool result above. Send another message for the last stop (3/4)."
+    },
+    {
+        "content": "That was the tour (4/4): tool calls, files, subagents. To talk to a real "
+        "model, copy config.example.yaml to config.yaml and put your key in .env (see "
+        "the README). Any further message starts the tour again."
+    },
+]
 _DEFAULT_CONFIG: dict[str, Any] = {
     "models": [
         {
             "name": "scripted",
             "use": "runtime.scripted_model:ScriptedChatModel",
             "display_name": "Scripted demo model (offline)",
-            "script": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "bash",
-                            "args": {"description": "list the workspace", "command": "ls -la"},
-                        }
-                    ]
-                },
-                {"content": "I listed the workspace. This is the offline scripted demo model."},
-            ],
+            "tour": True,
+            "script": _DEMO_TOUR,
         }
     ]
 }
+
+
+def builtin_config() -> dict[str, Any]:
+    """A copy of the built-in defaults used when there is no config file."""
+    return _deep_copy(_DEFAULT_CONFIG)
 
 
 def config_path() -> Path:

@@ -335,10 +335,13 @@ class AuthConfig(_Section):
 
     @property
     def effective_mode(self) -> AuthMode:
-        """``mode``, else ``jwt`` when JWT keys are configured, else ``none``."""
+        """``mode``, else ``jwt`` when JWT keys are configured, else ``api_key`` when
+        ``api_keys`` are, else ``none``."""
         if self.mode is not None:
             return self.mode
-        return "jwt" if self.jwt.has_key_material else "none"
+        if self.jwt.has_key_material:
+            return "jwt"
+        return "api_key" if self.api_keys else "none"
 
     @property
     def studio_policy(self) -> StudioPolicy:
@@ -359,6 +362,12 @@ class AuthConfig(_Section):
             raise ValueError("jwt.algorithms: no algorithm is allowed")
         if mode == "api_key" and not self.api_keys:
             raise ValueError("mode api_key needs at least one api_keys entry")
+        if mode == "none" and self.api_keys:
+            # Keys that are never checked would leave the server open without a word.
+            raise ValueError(
+                "api_keys are configured but mode is none, which checks no key: "
+                "set mode api_key (or leave mode unset) or remove api_keys"
+            )
         digests = [entry.sha256 for entry in self.api_keys]
         if len(set(digests)) != len(digests):
             raise ValueError("api_keys: two entries have the same sha256")

@@ -18,7 +18,6 @@ Usage: ``python scripts/dev.py --host 127.0.0.1 --port 2024 [-- <langgraph dev f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -62,39 +61,13 @@ def _config_file(extra: list[str]) -> Path:
     return Path("langgraph.json")
 
 
-def load_server_env(config_file: Path) -> None:
-    """Apply the ``env`` of ``langgraph.json`` as ``langgraph dev`` will.
-
-    ``langgraph dev`` reads the file with python-dotenv and sets every entry,
-    over the shell's value, except the variables the server owns.
-    """
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # langgraph dev reports a missing or broken langgraph.json itself
-    env = config.get("env")
-    if isinstance(env, dict):
-        values = {str(k): str(v) for k, v in env.items()}
-    elif isinstance(env, str):
-        from dotenv import dotenv_values
-
-        path = Path(env)
-        if not path.is_absolute():
-            path = config_file.resolve().parent / path
-        values = {k: v for k, v in dotenv_values(path).items() if v is not None}
-    else:
-        return
-    owned = {"DATABASE_URI", "REDIS_URI", "MIGRATIONS_PATH", "N_JOBS_PER_WORKER"}
-    for key, value in values.items():
-        if key not in owned and not key.startswith("LANGGRAPH_"):
-            os.environ[key] = value
-
-
 def preflight(config_file: Path) -> str | None:
     """The first reason the server would fail to start, or None."""
-    load_server_env(config_file)
     sys.path.insert(0, str(PROJECT_ROOT))
     from runtime.config import ConfigError, load_settings
+    from runtime.dev_env import apply_dev_env
+
+    apply_dev_env(config_file)
     from runtime.postgres import build_conninfo, describe_target
 
     try:

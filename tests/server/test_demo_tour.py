@@ -56,10 +56,14 @@ async def test_the_demo_answers_five_turns_in_a_row(lg_client: Any, builtin_defa
     assert state["values"]["artifacts"] == ["/mnt/user-data/outputs/tour-1.md"]
 
 
+@pytest.fixture
+def one_answer(tmp_path: Path, use_config: Any) -> Path:
+    return use_config(write_config(tmp_path, [{"content": "fine"}]))  # type: ignore[no-any-return]
+
+
 async def test_an_unknown_model_is_reported_in_run_metadata_and_the_stream(
-    lg_client: Any, tmp_path: Path, use_config: Any
+    lg_client: Any, one_answer: Path
 ) -> None:
-    use_config(write_config(tmp_path, [{"content": "fine"}]))
     client = lg_client()
     thread_id = (await client.threads.create())["thread_id"]
     events: list[Any] = []
@@ -86,9 +90,8 @@ async def test_an_unknown_model_is_reported_in_run_metadata_and_the_stream(
 
 
 async def test_a_known_model_has_no_warning_and_a_caller_cannot_forge_one(
-    lg_client: Any, tmp_path: Path, use_config: Any
+    lg_client: Any, one_answer: Path
 ) -> None:
-    use_config(write_config(tmp_path, [{"content": "fine"}]))
     client = lg_client()
     thread_id = (await client.threads.create())["thread_id"]
     run = await client.runs.create(

@@ -7,6 +7,7 @@ neither load that ``.env`` (it would fail to start) nor touch that thread store.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import socket
@@ -23,6 +24,11 @@ pytestmark = pytest.mark.blackbox
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _state_of(project: Path) -> tuple[bytes, dict[str, bytes]]:
+    """The user's ``.env`` and thread store, byte for byte (blocking: call off the loop)."""
+    return (project / ".env").read_bytes(), _snapshot(project / ".langgraph_api")
 
 
 @pytest.fixture
@@ -55,17 +61,18 @@ async def _user_threads(project: Path, tmp_path: Path, dev_server: Any) -> None:
     client: Any = seeder.client()
     await client.threads.create(metadata={"owner": "the user"})
     seeder.stop()  # flushes the thread store
-    shutil.copytree(seeder.workdir / ".langgraph_api", project / ".langgraph_api")
+    await asyncio.to_thread(
+        shutil.copytree, seeder.workdir / ".langgraph_api", project / ".langgraph_api"
+    )
 
 
 async def test_a_test_server_ignores_the_users_env_and_thread_store(
     tmp_path: Path, user_project: Path, dev_server: Any
 ) -> None:
     await _user_threads(user_project, tmp_path, dev_server)
-    assert (user_project / ".langgraph_api" / ".langgraph_ops.pckl").is_file()
-    before_env = (user_project / ".env").read_bytes()
-    before_store = _snapshot(user_project / ".langgraph_api")
-    config = write_config(tmp_path, [ai_text("hermetic")])
+    before_env, before_store = await asyncio.to_thread(_state_of, user_project)
+    assert ".langgraph_ops.pckl" in before_store
+    config = await asyncio.to_thread(write_config, tmp_path, [ai_text("hermetic")])
     server = dev_server(
         env={"DEERFLOW_CONFIG": str(config), "LANGGRAPH_DISABLE_FILE_PERSISTENCE": "false"},
         project_root=user_project,
@@ -78,9 +85,9 @@ async def test_a_test_server_ignores_the_users_env_and_thread_store(
     assert result["messages"][-1]["content"] == "hermetic"
     server.stop()
 
-    assert (user_project / ".env").read_bytes() == before_env
-    assert _snapshot(user_project / ".langgraph_api") == before_store
-    assert (server.workdir / ".langgraph_api").is_dir()  # the server's own store
+    assert await asyncio.to_thread(_state_of, user_project) == (before_env, before_store)
+    own_store = server.workdir / ".langgraph_api"
+    assert await asyncio.to_thread(own_store.is_dir)  # the server's own store
 
 
 def test_no_test_server_runs_in_the_developers_checkout(tmp_path: Path) -> None:

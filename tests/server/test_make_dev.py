@@ -166,7 +166,7 @@ def _tool_results(updates: list[Any]) -> list[str]:
 async def test_the_agent_writing_and_running_app_py_does_not_reload_make_dev(
     tmp_path: Path, project: Path, dev_server: Any
 ) -> None:
-    config = write_config(tmp_path, SCRIPT, data_root="")  # the default data root
+    config = await asyncio.to_thread(write_config, tmp_path, SCRIPT, data_root="")  # default root
     server = dev_server(
         env={"DEERFLOW_CONFIG": str(config), "DEERFLOW_DATA_ROOT": ""},
         command=[sys.executable, str(project / "scripts" / "dev.py")],
@@ -183,8 +183,12 @@ async def test_the_agent_writing_and_running_app_py_does_not_reload_make_dev(
     assert len(results) == 2, results  # each tool ran once: no retried run, no doubled events
     assert "hello from app.py" in results[1]
     # The file is in the default data root ($XDG_DATA_HOME/deerflow), not the project.
-    written = list((server.workdir / "xdg-data" / "deerflow").rglob("workspace/app.py"))
-    assert len(written) == 1 and written[0].read_text() == APP
+    root = server.workdir / "xdg-data" / "deerflow"
+
+    def written() -> list[str]:
+        return [p.read_text() for p in root.rglob("workspace/app.py")]
+
+    assert await asyncio.to_thread(written) == [APP]
 
 
 async def test_control_a_data_root_inside_the_project_does_reload(
@@ -193,7 +197,7 @@ async def test_control_a_data_root_inside_the_project_does_reload(
     """The check above can fail: with the data root inside the watched tree (the
     old default ``.deer-flow``), the same run makes the reloader fire."""
     inside = project / ".deer-flow"
-    config = write_config(tmp_path, SCRIPT, data_root=str(inside))
+    config = await asyncio.to_thread(write_config, tmp_path, SCRIPT, data_root=str(inside))
     server = dev_server(
         env={"DEERFLOW_CONFIG": str(config), "DEERFLOW_DATA_ROOT": str(inside)},
         command=[sys.executable, str(project / "scripts" / "dev.py")],

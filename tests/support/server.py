@@ -72,7 +72,11 @@ def _absolute_paths(value: Any, key: str = "", base: Path = PROJECT_ROOT) -> Any
 
 
 def hermetic_langgraph_json(
-    project_root: Path, workdir: Path, *, disable_persistence: bool = False
+    project_root: Path,
+    workdir: Path,
+    *,
+    disable_persistence: bool = False,
+    load_env: bool = False,
 ) -> Path:
     """A copy of ``project_root/langgraph.json`` for a test server, in ``workdir``.
 
@@ -81,10 +85,13 @@ def hermetic_langgraph_json(
     ``disable_persistence`` keeps the server's thread store in memory: needed
     when it runs in the project directory, whose ``.langgraph_api`` is the
     developer's (``langgraph dev`` sets ``LANGGRAPH_DISABLE_FILE_PERSISTENCE``
-    from this key, over the environment).
+    from this key, over the environment). ``load_env`` keeps ``env`` (pointing at
+    ``project_root``'s file): only for a project copy whose ``.env`` a test wrote.
     """
     config = json.loads((project_root / "langgraph.json").read_text(encoding="utf-8"))
-    config.pop("env", None)
+    env = config.pop("env", None)
+    if load_env and isinstance(env, str):
+        config["env"] = str(project_root / env)
     if disable_persistence:
         config["disable_persistence"] = True
     config["graphs"] = {
@@ -299,6 +306,7 @@ class DevServer:
         reload: bool = False,
         watch_project: bool = False,
         command: Sequence[str] | None = None,
+        load_env: bool = False,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -311,8 +319,9 @@ class DevServer:
         self.watch_project = watch_project
         self.command = list(command) if command is not None else None
         self.process: subprocess.Popen[bytes] | None = None
-        if watch_project and project_root.resolve() == PROJECT_ROOT.resolve():
-            raise ValueError("watch_project needs a project copy (see project_copy)")
+        if (watch_project or load_env) and project_root.resolve() == PROJECT_ROOT.resolve():
+            raise ValueError("watch_project and load_env need a project copy (see project_copy)")
+        self.load_env = load_env
 
     def start(self, timeout: float = 60.0) -> DevServer:
         """Start and wait for ``/ok``; safe to call from an async test."""
@@ -320,7 +329,10 @@ class DevServer:
 
     def command_line(self) -> list[str]:
         config = hermetic_langgraph_json(
-            self.project_root, self.workdir, disable_persistence=self.watch_project
+            self.project_root,
+            self.workdir,
+            disable_persistence=self.watch_project,
+            load_env=self.load_env,
         )
         if self.command is not None:
             base = [*self.command, "--host", "127.0.0.1", "--port", str(self.port), "--"]

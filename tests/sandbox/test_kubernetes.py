@@ -457,13 +457,19 @@ async def test_a_terminating_pod_is_awaited_with_a_watch_before_replacement(env:
     await fake.evict(NS, name)
     fake.reset_counts()
     task = asyncio.create_task(sandbox.execute_command("echo replaced"))
-    for _ in range(200):
+
+    def watching_the_deleted_pod() -> bool:
         pod = fake.pod(NS, name)
-        if pod is not None and pod["metadata"].get("deletionTimestamp"):
-            break
+        deleting = pod is not None and bool(pod["metadata"].get("deletionTimestamp"))
+        return deleting and fake.count("watch") >= 1
+
+    # Wait for a condition, never for a time: under load the provider may take
+    # long to get there (the deadline only bounds a broken provider).
+    deadline = asyncio.get_running_loop().time() + 60
+    while not watching_the_deleted_pod():
+        assert not task.done(), task  # it cannot finish while the old pod is there
+        assert asyncio.get_running_loop().time() < deadline, "the provider never watched"
         await asyncio.sleep(0.02)
-    else:
-        raise AssertionError("the provider never deleted the evicted pod")
     assert not task.done()  # waiting for the old pod to go, on a watch
     await fake.finish_termination(NS, name)
     result = await task

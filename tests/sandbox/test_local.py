@@ -14,6 +14,7 @@ from sandbox.base import SandboxError
 from sandbox.local import NOT_ISOLATED_WARNING, LocalSandbox, LocalSandboxProvider
 from sandbox.provider import get_sandbox_provider, reset_sandbox_providers
 from tests.support.scripted import ai_text, write_config
+from tests.support.waiting import eventually
 
 
 async def _sandbox(provider: LocalSandboxProvider, thread: str = "t1") -> LocalSandbox:
@@ -74,20 +75,12 @@ async def test_cancellation_kills_the_process_group(tmp_path: Path) -> None:
     sandbox = await _sandbox(LocalSandboxProvider(tmp_path / "data"))
     pid_file = sandbox.paths.workspace / "child.pid"
     task = asyncio.create_task(sandbox.execute_command(f"sleep 300 & echo $! > {pid_file}; wait"))
-    for _ in range(200):
-        if pid_file.exists() and pid_file.read_text().strip():
-            break
-        await asyncio.sleep(0.02)
+    await eventually(lambda: pid_file.exists() and pid_file.read_text().strip())
     child = int(pid_file.read_text())
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(200):
-        if _gone(child):
-            break
-        await asyncio.sleep(0.02)
-    else:
-        pytest.fail(f"child {child} survived the cancelled command")
+    await eventually(lambda: _gone(child), message=f"child {child} survived the cancelled command")
 
 
 def _gone(pid: int) -> bool:

@@ -204,7 +204,8 @@ async def test_runs_ride_out_a_postgres_restart_and_fail_clearly_while_it_is_dow
     config = write_config(
         tmp_path,
         [ai_text("one"), ai_text("two"), ai_text("three"), ai_text("four")],
-        database={"pool": {"timeout": 4, "reconnect_timeout": 2}},
+        # Short enough for a quick "down" phase, long enough for a loaded machine.
+        database={"pool": {"timeout": 10, "reconnect_timeout": 5}},
     )
     server = dev_server(env=server_env(config, database))
     client: Any = server.client()

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -152,10 +153,28 @@ async def in_process_server(overrides: Mapping[str, Any] | None = None) -> Async
     os.environ.update(server_env(overrides))
     if str(PROJECT_ROOT) not in sys.path:
         sys.path.insert(0, str(PROJECT_ROOT))
-    from langgraph_api.server import app
+    # The in-memory runtime creates ``.langgraph_api`` in its working directory on
+    # import, loads it at start and rewrites it at shutdown, whatever
+    # LANGGRAPH_DISABLE_FILE_PERSISTENCE says: all of it happens in a temp dir,
+    # never in the developer's checkout.
+    home = tempfile.mkdtemp(prefix="deerflow-inproc-")
+    here = os.getcwd()
+    os.chdir(home)
+    try:
+        from langgraph_api.server import app
 
-    async with app.router.lifespan_context(app):
+        lifespan = app.router.lifespan_context(app)
+        await lifespan.__aenter__()
+    finally:
+        os.chdir(here)
+    try:
         yield app
+    finally:
+        os.chdir(home)
+        try:
+            await lifespan.__aexit__(None, None, None)
+        finally:
+            os.chdir(here)
 
 
 class RequestScopedASGITransport(httpx.ASGITransport):

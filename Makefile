@@ -8,6 +8,9 @@ HOST ?= 127.0.0.1
 # langgraph dev runs one job at a time unless told otherwise; a run that waits
 # for its remote subagent runs (subagents.execution: remote) needs more slots.
 N_JOBS ?= 10
+# Extra flags for `langgraph dev`, e.g. DEV_FLAGS="--tunnel" (Safari and remote
+# browsers) or DEV_FLAGS="--server-log-level INFO".
+DEV_FLAGS ?=
 STAMP := $(VENV)/.installed
 
 export LANGGRAPH_CLI_NO_ANALYTICS := 1
@@ -20,17 +23,20 @@ install: $(STAMP) .env
 
 # Reinstall only when the pinned set changes; the stamp makes a second run a no-op.
 $(STAMP): requirements.lock pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { echo "make install: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24,<27"
-	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements.lock
+	@echo "make install: installing the $$(grep -c '^[A-Za-z0-9]' requirements.lock) pinned packages of requirements.lock (about a minute the first time)"
+	$(BIN)/python -m pip install --progress-bar on --require-hashes --no-deps -r requirements.lock
 	$(BIN)/python -m pip check
 	@touch $(STAMP)
 
 .env:
 	cp .env.example .env
 
+# scripts/dev.py refuses a busy port, checks config and database first, then
+# runs `langgraph dev` (reload on) and exits non-zero if its start fails.
 dev: install
-	$(BIN)/langgraph dev --host $(HOST) --port $(PORT) --no-browser --n-jobs-per-worker $(N_JOBS)
+	@$(BIN)/python scripts/dev.py --host $(HOST) --port $(PORT) -- --n-jobs-per-worker $(N_JOBS) $(DEV_FLAGS)
 
 test: install
 	@bash scripts/ensure-postgres.sh

@@ -41,6 +41,9 @@ from auth.access import (
 from auth.authenticate import authenticate_request, load_auth_settings, log_startup_status
 from auth.hygiene import RejectedInput, sanitize_run_kwargs, strip_reserved
 from auth.run_cap import enforce_run_cap
+from runtime.config import ConfigError, aget_settings
+from runtime.models import resolve_model_name
+from runtime.run_options import resolve_run_options
 
 __all__ = ["OWNER_KEY", "SYSTEM_CREATOR", "auth"]
 
@@ -57,7 +60,8 @@ logger = logging.getLogger("deerflow.auth")
 
 SYSTEM_CREATOR = "system"
 # Metadata keys only the server writes.
-_PROTECTED_METADATA = (OWNER_KEY, "created_by", DELEGATION_KEY)
+MODEL_WARNING_KEY = "model_warning"
+_PROTECTED_METADATA = (OWNER_KEY, "created_by", DELEGATION_KEY, MODEL_WARNING_KEY)
 
 auth = Auth()
 
@@ -92,6 +96,25 @@ def _protect(metadata: Any) -> None:
             metadata.pop(key, None)
 
 
+async def _note_model_warning(value: MutableMapping[str, Any], kwargs: Any) -> None:
+    """An unknown ``model_name`` runs the default model: say so in the run's metadata
+    (what ``runs.get`` returns), not only in the checkpoints."""
+    if not isinstance(kwargs, MutableMapping):
+        return
+    config = kwargs.get("config")
+    run_config: dict[str, Any] = dict(config) if isinstance(config, MutableMapping) else {}
+    run_config["context"] = kwargs.get("context")
+    options = resolve_run_options(run_config)  # type: ignore[arg-type]
+    if not options.model_name:
+        return
+    try:
+        warning = resolve_model_name(await aget_settings(), options.model_name).warning
+    except ConfigError:
+        return  # a broken config fails the run itself, with its own message
+    if warning:
+        _metadata(value)[MODEL_WARNING_KEY] = warning
+
+
 def _stamp_owner(value: MutableMapping[str, Any], caller: Caller) -> None:
     metadata = _metadata(value)
     _protect(metadata)
@@ -119,6 +142,7 @@ async def on_threads(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filt
         _run_hygiene(value, caller)
         settings = await load_auth_settings()
         await enforce_run_cap(caller, settings.runs.max_active_per_user)
+        await _note_model_warning(value, value.get("kwargs"))
     elif action == "update":
         _protect(value.get("metadata"))
     elif action not in ("read", "search", "delete"):

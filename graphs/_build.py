@@ -22,9 +22,10 @@ from middlewares.chain import (
     build_subagent_runtime_middlewares,
     subagent_type_of,
 )
+from middlewares.model_warning import ModelWarningMiddleware
 from runtime.config import Settings
 from runtime.models import create_chat_model, resolve_model_name
-from runtime.run_options import resolve_run_options
+from runtime.run_options import context_schema_for, resolve_run_options
 from runtime.skills import get_skill_registry, run_skill_allowlist
 from runtime.state import ThreadState
 from subagents.executor import SubagentBuilder
@@ -99,6 +100,9 @@ def build_agent(
         middleware = build_subagent_runtime_middlewares(
             inputs, custom_middlewares=custom_middlewares
         )
+    if resolved.warning:
+        # Not a chain slot: present only for a run whose model_name was unknown.
+        middleware = [*middleware, ModelWarningMiddleware(warning=resolved.warning)]
     agent_tools = (
         list(tools)
         if tools is not None
@@ -130,6 +134,7 @@ def build_agent(
             middleware, state_schema=ThreadState, config=config, tools=agent_tools
         ),
         state_schema=ThreadState,
+        context_schema=context_schema_for(kind),
         name=kind,
     )
     metadata: dict[str, Any] = {

@@ -75,7 +75,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, TypedDict, cast, get_type_hints
+from typing import Any, cast, get_type_hints
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.callbacks import BaseCallbackManager
@@ -102,6 +102,7 @@ from langgraph.graph import StateGraph
 from langgraph.types import Command, Overwrite
 from langsmith import traceable
 from langsmith.utils import tracing_is_enabled
+from typing_extensions import TypedDict
 
 __all__ = [
     "CHAIN_NAME",

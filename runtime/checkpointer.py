@@ -3,8 +3,9 @@
 The server enters this async context manager once per process (per event loop)
 and keeps the saver for its lifetime: a ``DeerflowPostgresSaver`` over the
 shared pool when a Postgres URI is configured (``DEERFLOW_POSTGRES_URI`` or
-``database.uri``; never ``DATABASE_URI``, which the server owns), the in-memory
-``DeerflowMemorySaver`` otherwise (the development default).
+``database.uri``; never ``DATABASE_URI``, which the server owns), the embedded
+``DeerflowEmbeddedSaver`` otherwise (the development default: in memory with a
+snapshot beside ``langgraph dev``'s own thread store, so threads survive a restart).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from contextlib import asynccontextmanager
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from runtime.config import aget_settings
-from runtime.memory_saver import DeerflowMemorySaver
+from runtime.embedded_saver import DeerflowEmbeddedSaver, embedded_snapshot_path
 from runtime.postgres import describe_target, run_setup, shared_pool
 from runtime.saver import DeerflowPostgresSaver
 
@@ -31,10 +32,13 @@ async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver[str]]:
     settings = await aget_settings()
     db = settings.database
     if not db.uri:
+        path = embedded_snapshot_path()
         logger.info(
-            "checkpointer: in-memory (set DEERFLOW_POSTGRES_URI to keep threads across restarts)"
+            "checkpointer: embedded, %s (set DEERFLOW_POSTGRES_URI for Postgres)",
+            f"kept in {path}" if path else "in memory only",
         )
-        yield DeerflowMemorySaver()
+        async with DeerflowEmbeddedSaver(path=path).persisted() as embedded:
+            yield embedded
         return
     async with shared_pool(db) as (pool, entry):
         saver = DeerflowPostgresSaver(pool)

@@ -31,6 +31,7 @@ from pydantic import (
 
 from deerflow_extension_api.loading import ConfigError, import_object
 from runtime.identity import is_reserved_identity, use_studio_policy_source
+from runtime.paths import default_data_root
 
 __all__ = [
     "BUILTIN_SUBAGENT_TYPES",
@@ -78,6 +79,7 @@ __all__ = [
     "VerificationConfig",
     "WebConfig",
     "aget_settings",
+    "builtin_config",
     "config_path",
     "get_settings",
     "import_object",
@@ -357,10 +359,13 @@ class AuthConfig(_Section):
 
     @property
     def effective_mode(self) -> AuthMode:
-        """``mode``, else ``jwt`` when JWT keys are configured, else ``none``."""
+        """``mode``, else ``jwt`` when JWT keys are configured, else ``api_key`` when
+        ``api_keys`` are, else ``none``."""
         if self.mode is not None:
             return self.mode
-        return "jwt" if self.jwt.has_key_material else "none"
+        if self.jwt.has_key_material:
+            return "jwt"
+        return "api_key" if self.api_keys else "none"
 
     @property
     def studio_policy(self) -> StudioPolicy:
@@ -381,6 +386,12 @@ class AuthConfig(_Section):
             raise ValueError("jwt.algorithms: no algorithm is allowed")
         if mode == "api_key" and not self.api_keys:
             raise ValueError("mode api_key needs at least one api_keys entry")
+        if mode == "none" and self.api_keys:
+            # Keys that are never checked would leave the server open without a word.
+            raise ValueError(
+                "api_keys are configured but mode is none, which checks no key: "
+                "set mode api_key (or leave mode unset) or remove api_keys"
+            )
         digests = [entry.sha256 for entry in self.api_keys]
         if len(set(digests)) != len(digests):
             raise ValueError("api_keys: two entries have the same sha256")
@@ -1232,7 +1243,8 @@ class Settings(_Section):
     """The whole configuration. Every key is documented in ``config.example.yaml``."""
 
     models: list[ModelConfig] = Field(default_factory=list)
-    data_root: str = ".deer-flow"
+    # Empty: runtime.paths.default_data_root() (outside the tree `langgraph dev` watches).
+    data_root: str = ""
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -1299,6 +1311,8 @@ class Settings(_Section):
         return self.models[0]
 
     def data_root_path(self) -> Path:
+        if not self.data_root.strip():
+            return default_data_root()
         root = Path(self.data_root).expanduser()
         return root if root.is_absolute() else PROJECT_ROOT / root
 
@@ -1327,27 +1341,79 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
 }
 
 # Built-in defaults when no config file exists: the offline scripted demo model,
-# so `make dev` works on a fresh clone with no API key.
+# so `make dev` works on a fresh clone with no API key. It plays a short guided
+# tour, one chapter per message, and starts over after the last one.
+_TOUR_FILE = "/mnt/user-data/outputs/tour-{cycle}.md"
+_DEMO_TOUR: list[dict[str, Any]] = [
+    {
+        "tool_calls": [
+            {
+                "name": "bash",
+                "args": {"description": "look around the workspace", "command": "ls -la"},
+            }
+        ]
+    },
+    {
+        "content": "Hello! I am the offline demo model of deerflow-server: a script, no API "
+        "key needed. I just ran `ls` in this thread's sandbox (that was a tool call). "
+        "Send another message to continue the tour (1/4)."
+    },
+    {
+        "tool_calls": [
+            {
+                "name": "write_file",
+                "args": {
+                    "description": "write a file for the user",
+                    "path": _TOUR_FILE,
+                    "content": "# Hello from the demo\n\nFiles under /mnt/user-data/outputs "
+                    "can be presented to the user.\n",
+                },
+            }
+        ]
+    },
+    {"tool_calls": [{"name": "present_files", "args": {"filepaths": [_TOUR_FILE]}}]},
+    {
+        "content": "I wrote a Markdown file and presented it: it is listed in this thread's "
+        "`artifacts`. Send another message to see a subagent (2/4)."
+    },
+    {
+        "tool_calls": [
+            {
+                "name": "task",
+                "args": {
+                    "description": "demo delegation",
+                    "prompt": "Look around your workspace and report what you see.",
+                    "subagent_type": "general-purpose",
+                },
+            }
+        ]
+    },
+    {
+        "content": "A subagent ran in its own context and reported back: its answer is "
+        "the `task` tool result above. Send another message for the last stop (3/4)."
+    },
+    {
+        "content": "That was the tour (4/4): tool calls, files, subagents. To talk to a real "
+        "model, copy config.example.yaml to config.yaml and put your key in .env (see "
+        "the README). Any further message starts the tour again."
+    },
+]
 _DEFAULT_CONFIG: dict[str, Any] = {
     "models": [
         {
             "name": "scripted",
             "use": "runtime.scripted_model:ScriptedChatModel",
             "display_name": "Scripted demo model (offline)",
-            "script": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "bash",
-                            "args": {"description": "list the workspace", "command": "ls -la"},
-                        }
-                    ]
-                },
-                {"content": "I listed the workspace. This is the offline scripted demo model."},
-            ],
+            "tour": True,
+            "script": _DEMO_TOUR,
         }
     ]
 }
+
+
+def builtin_config() -> dict[str, Any]:
+    """A copy of the built-in defaults used when there is no config file."""
+    return _deep_copy(_DEFAULT_CONFIG)
 
 
 def config_path() -> Path:

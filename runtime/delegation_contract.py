@@ -8,7 +8,9 @@ stream events; the names are fixed here so producers and readers agree.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, TypedDict, get_args
+from typing import Any, Literal, NotRequired, get_args
+
+from typing_extensions import TypedDict
 
 __all__ = [
     "DELEGATION_STATUSES",

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, Literal, NotRequired, cast
 
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from typing_extensions import TypedDict
 
 from runtime.delegation_contract import (
     DELEGATION_STATUSES,

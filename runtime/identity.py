@@ -81,7 +81,7 @@ def is_reserved_identity(identity: str) -> bool:
 
     Reserved: ``"default"`` (the local user of mode ``none`` and the fallback
     bucket), anything starting with ``"studio:"`` (Studio users), and plain ids
-    shaped like a hashed safe id (``...--<12 hex>``), which keeps
+    shaped like a hashed safe id (``...--<32 hex>``), which keeps
     ``make_safe_user_id`` injective.
     """
     return (

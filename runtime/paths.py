@@ -6,6 +6,7 @@ Ids must already be safe (``auth.identity.make_safe_user_id`` / ``safe_thread_id
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ __all__ = [
     "VIRTUAL_USER_DATA",
     "VIRTUAL_WORKSPACE",
     "ThreadPaths",
+    "default_data_root",
     "is_internal_output_path",
     "thread_paths",
 ]
@@ -36,6 +38,21 @@ def is_internal_output_path(relative: str, storage_subdir: str = TOOL_RESULTS_DI
     """
     first = relative.replace("\\", "/").lstrip("/").split("/", 1)[0]
     return first == storage_subdir.replace("\\", "/").split("/", 1)[0]
+
+
+def default_data_root() -> Path:
+    """Where thread data lives when neither ``data_root`` nor ``DEERFLOW_DATA_ROOT`` is set.
+
+    ``$XDG_DATA_HOME/deerflow`` (default ``~/.local/share/deerflow``): outside the
+    project tree, because ``langgraph dev`` reloads on any ``.py`` written under
+    its working directory, and an agent that writes ``workspace/app.py`` there
+    would restart the server and cancel its own run.
+    """
+    base = os.environ.get("XDG_DATA_HOME") or ""
+    root = Path(base).expanduser() if base.strip() else Path.home() / ".local" / "share"
+    if not root.is_absolute():  # the XDG spec ignores relative values
+        root = Path.home() / ".local" / "share"
+    return root / "deerflow"
 
 
 @dataclass(frozen=True)

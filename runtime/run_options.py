@@ -8,11 +8,149 @@ stay ``None`` so "not given" is never confused with ``False``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from langchain_core.runnables import RunnableConfig
+from pydantic import Field
+from typing_extensions import TypedDict
 
-__all__ = ["RunOptions", "merged_run_config", "resolve_run_options", "skill_references_of"]
+__all__ = [
+    "RUN_SWITCHES",
+    "SUBAGENT_SWITCHES",
+    "RunOptions",
+    "RunSwitch",
+    "context_schema_for",
+    "merged_run_config",
+    "resolve_run_options",
+    "skill_references_of",
+]
+
+
+@dataclass(frozen=True)
+class RunSwitch:
+    """One key a caller may set in a run's ``context`` (or ``configurable``).
+
+    The graphs' ``context_schema`` is built from these rows, so Studio's context
+    panel and ``assistants.get_schemas`` list them with their descriptions and
+    defaults. LangGraph Server drops ``context`` keys that are not in the
+    schema before the graph sees them: **a new switch must be added here.**
+    """
+
+    name: str
+    type: Any
+    description: str
+    default: Any = None
+
+
+# Add a switch here (and read it in ``resolve_run_options`` or where it is used).
+RUN_SWITCHES: tuple[RunSwitch, ...] = (
+    RunSwitch(
+        "model_name",
+        str | None,
+        "Name of a `models:` entry in config.yaml. Empty: the first (default) entry. "
+        "An unknown name runs the default model and records a warning.",
+    ),
+    RunSwitch(
+        "thinking_enabled",
+        bool,
+        "Ask the model to think first (only for entries with supports_thinking).",
+        False,
+    ),
+    RunSwitch(
+        "is_plan_mode",
+        bool,
+        "Plan mode: the agent keeps a todo list and works through it.",
+        False,
+    ),
+    RunSwitch(
+        "subagent_enabled",
+        bool | None,
+        "Give the lead agent the `task` tool to delegate to subagents. "
+        "Empty: config subagents.enabled.",
+    ),
+    RunSwitch(
+        "max_concurrent_subagents",
+        int | None,
+        "How many subagents may run at once (capped by config). Empty: config subagents.max_concurrent_subagents.",
+    ),
+    RunSwitch(
+        "max_total_subagents",
+        int | None,
+        "How many subagents one run may start in total (capped by config). Empty: config subagents.max_total_per_run.",
+    ),
+    RunSwitch(
+        "agent_name",
+        str | None,
+        "A label for the run's metadata (default: the graph's name).",
+    ),
+    RunSwitch(
+        "disable_clarification",
+        bool,
+        "Never pause to ask the user a clarifying question.",
+        False,
+    ),
+    RunSwitch(
+        "user_id",
+        str | None,
+        "Set by the server from the authenticated caller; a caller's value is replaced.",
+    ),
+    RunSwitch(
+        "memory_enabled",
+        bool | None,
+        "False: this run neither recalls nor records long-term memory. Empty: on when "
+        "config memory.enabled.",
+    ),
+    RunSwitch(
+        "skill_references",
+        list[str] | None,
+        "Skills to activate for this turn (1-16 names, all must be enabled and allowed), "
+        "as if the message started with /name.",
+    ),
+    RunSwitch(
+        "skill_allowlist",
+        list[str] | None,
+        "Only these skills may be used in this run (narrows the configured set, never widens it).",
+    ),
+)
+
+# Only the ``subagent`` graph reads these.
+SUBAGENT_SWITCHES: tuple[RunSwitch, ...] = (
+    RunSwitch(
+        "subagent_type",
+        str,
+        "Which subagent type runs (config subagents.types); it fixes prompt, tools and model.",
+        "general-purpose",
+    ),
+)
+
+
+def _schema(name: str, doc: str, switches: tuple[RunSwitch, ...]) -> type:
+    fields = {
+        switch.name: Annotated[
+            switch.type, Field(description=switch.description, default=switch.default)
+        ]
+        for switch in switches
+    }
+    schema: type = TypedDict(name, fields, total=False)  # type: ignore[misc, operator]
+    schema.__doc__ = doc
+    return schema
+
+
+_LEAD_CONTEXT = _schema(
+    "LeadAgentContext",
+    "Run switches of the lead agent; every key is optional.",
+    RUN_SWITCHES,
+)
+_SUBAGENT_CONTEXT = _schema(
+    "SubagentContext",
+    "Run switches of a subagent run; every key is optional.",
+    RUN_SWITCHES + SUBAGENT_SWITCHES,
+)
+
+
+def context_schema_for(kind: Literal["lead_agent", "subagent"]) -> type:
+    """The ``context_schema`` a graph of ``kind`` declares."""
+    return _SUBAGENT_CONTEXT if kind == "subagent" else _LEAD_CONTEXT
 
 
 def merged_run_config(config: RunnableConfig | None) -> dict[str, Any]:

@@ -221,6 +221,16 @@ def _load_script_file(path: str) -> list[Any]:
     return data
 
 
+def _with_cycle(value: Any, cycle: int) -> Any:
+    if isinstance(value, str):
+        return value.replace("{cycle}", str(cycle))
+    if isinstance(value, list):
+        return [_with_cycle(item, cycle) for item in value]
+    if isinstance(value, dict):
+        return {key: _with_cycle(item, cycle) for key, item in value.items()}
+    return value
+
+
 def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 
@@ -238,6 +248,12 @@ class ScriptedChatModel(BaseChatModel):
     model_name: str = "scripted"
     turn_by: Literal["ai_messages", "calls"] = "ai_messages"
     cycle_from: int | None = Field(default=None, ge=0)
+    tour: bool = Field(
+        default=False,
+        description="Play the script as chapters, one per user message, cycling: a "
+        "chapter ends with a turn without tool calls, and '{cycle}' in a tool call's "
+        "string arguments becomes the round number. Never exhausted.",
+    )
 
     _failed_attempts: dict[int, int] = PrivateAttr(default_factory=dict)
     _attempts_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -301,12 +317,44 @@ class ScriptedChatModel(BaseChatModel):
             return f"call_{self._nonce}_{raw}_{position}"
         return f"call_{raw}_{position}"
 
+    def _chapters(self) -> list[list[ScriptTurn]]:
+        chapters: list[list[ScriptTurn]] = [[]]
+        for turn in self.script:
+            chapters[-1].append(turn)
+            if not turn.tool_calls and not turn.invalid_tool_calls:
+                chapters.append([])
+        return [chapter for chapter in chapters if chapter]
+
+    def _turn_for(self, messages: Sequence[BaseMessage]) -> tuple[int, ScriptTurn | None, int]:
+        """(index, turn, round): the turn to play; ``None`` past the end of a script.
+
+        ``index`` counts the AI messages so far (it keys tool call ids and failed
+        attempts). In ``tour`` mode the chapter is the number of finished answers
+        (AI messages without tool calls), modulo the number of chapters, and the
+        step is the number of AI messages since the last finished answer.
+        """
+        index = self.turn_index(messages)
+        if not self.tour:
+            turn = self.script[index] if index < len(self.script) else None
+            return index, turn, 1
+        chapters = self._chapters()
+        if not chapters:
+            return index, None, 1
+        answered, step = 0, 0
+        for message in messages:
+            if isinstance(message, AIMessage):
+                if message.tool_calls or message.invalid_tool_calls:
+                    step += 1
+                else:
+                    answered, step = answered + 1, 0
+        chapter = chapters[answered % len(chapters)]
+        return index, chapter[min(step, len(chapter) - 1)], answered // len(chapters) + 1
+
     def _pending_error(self, messages: Sequence[BaseMessage]) -> ScriptedError | None:
         """The failure this attempt must raise, if any (consumes one of ``errors``)."""
-        index = self.turn_index(messages)
-        if index >= len(self.script):
+        index, turn, _ = self._turn_for(messages)
+        if turn is None:
             return None
-        turn = self.script[index]
         if turn.error is not None:
             return turn.error
         with self._attempts_lock:
@@ -317,21 +365,20 @@ class ScriptedChatModel(BaseChatModel):
         return None
 
     def _message_for(self, messages: Sequence[BaseMessage]) -> AIMessage:
-        index = self.turn_index(messages)
+        _, turn, cycle = self._turn_for(messages)
         prompt_tokens = sum(_estimate_tokens(m.text) for m in messages)
         invalid_tool_calls: list[dict[str, Any]] = []
-        if index >= len(self.script):
+        if turn is None:
             content: str | list[Any] = self.exhausted_text
             tool_calls: list[dict[str, Any]] = []
             response_metadata: dict[str, Any] = {"finish_reason": "stop"}
             additional_kwargs: dict[str, Any] = {}
         else:
-            turn = self.script[index]
             content = turn.content
             tool_calls = [
                 {
                     "name": call.name,
-                    "args": call.args,
+                    "args": _with_cycle(call.args, cycle) if self.tour else call.args,
                     "id": call.id or self._call_id(messages, position),
                     "type": "tool_call",
                 }

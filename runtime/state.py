@@ -6,9 +6,10 @@ are declared here so every graph, checkpoint and client sees one schema.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired
 
 from langchain.agents import AgentState
+from typing_extensions import TypedDict
 
 from runtime.delegations import merge_delegations
 

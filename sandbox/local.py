@@ -39,6 +39,7 @@ from runtime.paths import (
     VIRTUAL_USER_DATA,
     VIRTUAL_WORKSPACE,
     ThreadPaths,
+    default_data_root,
     thread_paths,
 )
 from sandbox import _hostfs
@@ -488,8 +489,6 @@ class LocalSandboxProvider(SandboxProvider):
         search_timeout: float = 10.0,
         skills_projection: Callable[[], Path | None] | None = None,
     ) -> None:
-        from runtime.config import PROJECT_ROOT
-
         self.search_timeout = search_timeout
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
@@ -501,7 +500,7 @@ class LocalSandboxProvider(SandboxProvider):
         self._launcher: CommandLauncher | None = None
         self._refusal: str | None = None
         self._probe_lock = asyncio.Lock()
-        self.data_root = Path(data_root) if data_root is not None else PROJECT_ROOT / ".deer-flow"
+        self.data_root = Path(data_root) if data_root is not None else default_data_root()
         self.skills_dir = Path(skills_dir) if skills_dir is not None else None
         # Without a fixed skills_dir: the enabled skills' projection (sandbox/skills.py),
         # built off the event loop when the first sandbox is created.

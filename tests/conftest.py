@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from runtime.config import reset_settings_cache
+from runtime.config import builtin_config, reset_settings_cache
 from tests.support.postgres import fresh_database, postgres_available
 from tests.support.server import DevServer, asgi_client, in_process_server, reap_dev_servers
 
@@ -33,11 +34,21 @@ def _in_memory_persistence() -> None:
         os.environ.pop(key, None)
 
 
+@pytest.fixture(scope="session")
+def _builtin_config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built-in defaults as a file: tests never read the developer's config.yaml."""
+    path = tmp_path_factory.mktemp("config") / "builtin.yaml"
+    path.write_text(yaml.safe_dump(builtin_config(), sort_keys=False), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(autouse=True)
-def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _isolated_settings(
+    tmp_path_factory: pytest.TempPathFactory, _builtin_config_file: Path
+) -> Iterator[None]:
     """Every test starts from the built-in defaults, with data under a temp dir."""
     saved = {k: os.environ.get(k) for k in ("DEERFLOW_CONFIG", "DEERFLOW_DATA_ROOT")}
-    os.environ.pop("DEERFLOW_CONFIG", None)
+    os.environ["DEERFLOW_CONFIG"] = str(_builtin_config_file)
     os.environ["DEERFLOW_DATA_ROOT"] = str(tmp_path_factory.mktemp("data"))
     reset_settings_cache()
     yield
@@ -83,14 +94,24 @@ def lg_client(lg_server: Any) -> Callable[..., Any]:
 def dev_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
     """Factory: ``dev_server(env={...}, args=[...])`` starts ``langgraph dev``; stopped at teardown.
 
+    Hermetic: the servers of one test share a working directory under
+    ``tmp_path`` (their ``.langgraph_api`` and default data root), so a restart
+    finds the first server's threads; the developer's ``.env`` is never loaded.
+    Keyword options (``reload``, ``watch_project``, ``command``) go to ``DevServer``.
+
     Safe in async tests (it starts in a worker thread when a loop is running: the
     in-process server's blocking-call detector covers the whole test process).
     Read the log from async tests with ``await server.alog()``.
     """
     started: list[DevServer] = []
 
-    def start(env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> DevServer:
-        server = DevServer(tmp_path / f"langgraph-dev-{len(started)}.log", env=env, args=args)
+    def start(
+        env: Mapping[str, str] | None = None, args: Sequence[str] = (), **options: Any
+    ) -> DevServer:
+        options.setdefault("workdir", tmp_path / "langgraph-dev-home")
+        server = DevServer(
+            tmp_path / f"langgraph-dev-{len(started)}.log", env=env, args=args, **options
+        )
         started.append(server)
         return server.start()
 

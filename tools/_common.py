@@ -55,7 +55,7 @@ def is_sandbox_tool(tool: BaseTool | None) -> bool:
 
 
 def _message(
-    name: str, runtime: ToolRuntime, content: Any, *, status: str, artifact: Any = None
+    name: str, runtime: ToolRuntime[Any, Any], content: Any, *, status: str, artifact: Any = None
 ) -> ToolMessage:
     return ToolMessage(
         content=content,
@@ -68,7 +68,7 @@ def _message(
 
 async def run_sandbox_tool(
     name: str,
-    runtime: ToolRuntime,
+    runtime: ToolRuntime[Any, Any],
     operation: Callable[[SandboxBinding], Awaitable[str | ToolOutcome]],
 ) -> str | Command[Any]:
     """Run ``operation`` against this call's sandbox and shape the result."""

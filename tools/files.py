@@ -33,7 +33,7 @@ _LIST_LIMIT = 1000
 
 
 @tool("ls", parse_docstring=True)
-async def _ls(description: str, path: str, runtime: ToolRuntime) -> str | Command[Any]:
+async def _ls(description: str, path: str, runtime: ToolRuntime[Any, Any]) -> str | Command[Any]:
     """List a directory two levels deep. Directories end with '/', links with '@'.
 
     Args:
@@ -57,7 +57,7 @@ async def _ls(description: str, path: str, runtime: ToolRuntime) -> str | Comman
 async def _glob(
     description: str,
     pattern: str,
-    runtime: ToolRuntime,
+    runtime: ToolRuntime[Any, Any],
     path: str = VIRTUAL_WORKSPACE,
     max_results: int = 200,
 ) -> str | Command[Any]:
@@ -89,7 +89,7 @@ async def _grep(
     description: str,
     pattern: str,
     path: str,
-    runtime: ToolRuntime,
+    runtime: ToolRuntime[Any, Any],
     glob: str | None = None,
     literal: bool = False,
     case_sensitive: bool = False,
@@ -132,7 +132,7 @@ async def _grep(
 async def _read_file(
     description: str,
     path: str,
-    runtime: ToolRuntime,
+    runtime: ToolRuntime[Any, Any],
     start_line: int | None = None,
     end_line: int | None = None,
 ) -> str | Command[Any]:
@@ -164,7 +164,7 @@ async def _write_file(
     description: str,
     path: str,
     content: str,
-    runtime: ToolRuntime,
+    runtime: ToolRuntime[Any, Any],
     append: bool = False,
 ) -> str | Command[Any]:
     """Write text to a file, creating parent directories; replaces it unless append is true.
@@ -190,7 +190,7 @@ async def _str_replace(
     path: str,
     old_str: str,
     new_str: str,
-    runtime: ToolRuntime,
+    runtime: ToolRuntime[Any, Any],
     replace_all: bool = False,
 ) -> str | Command[Any]:
     """Replace exact text in a file. old_str must occur exactly once unless replace_all is true.

@@ -40,7 +40,9 @@ async def _copy_to_host(binding: SandboxBinding, parts: tuple[str, ...], virtual
 
 
 @tool("present_files", parse_docstring=True)
-async def _present_files(filepaths: list[str], runtime: ToolRuntime) -> str | Command[Any]:
+async def _present_files(
+    filepaths: list[str], runtime: ToolRuntime[Any, Any]
+) -> str | Command[Any]:
     """Present finished files to the user so they can open or download them.
 
     Only files inside /mnt/user-data/outputs can be presented; write or copy

@@ -30,7 +30,9 @@ def format_command_result(result: CommandResult, *, timeout: float | None = None
 
 
 @tool("bash", parse_docstring=True)
-async def _bash(description: str, command: str, runtime: ToolRuntime) -> str | Command[Any]:
+async def _bash(
+    description: str, command: str, runtime: ToolRuntime[Any, Any]
+) -> str | Command[Any]:
     """Run a bash command in your sandbox and return its combined stdout and stderr.
 
     The working directory is /mnt/user-data/workspace. Uploaded files are in

@@ -96,7 +96,7 @@ class _RunSlots:
         return self._semaphore
 
 
-def _safe_emit(runtime: ToolRuntime) -> Any:
+def _safe_emit(runtime: ToolRuntime[Any, Any]) -> Any:
     """An emitter usable from the isolated child context too.
 
     LangGraph's stream writer reads the current runnable config when called, so
@@ -149,7 +149,7 @@ def make_task_tool(
         subagent_type: Annotated[
             str, Field(description="One of the available subagent types listed above.")
         ],
-        runtime: ToolRuntime,
+        runtime: ToolRuntime[Any, Any],
     ) -> Command[Any]:
         task_id = runtime.tool_call_id or f"task-{uuid.uuid4().hex[:12]}"
         # Model-written labels: bounded before they reach events, state and logs.

@@ -41,7 +41,7 @@ def sniff_image_type(data: bytes) -> str | None:
 
 
 @tool("view_image", parse_docstring=True)
-async def _view_image(image_path: str, runtime: ToolRuntime) -> str | Command[Any]:
+async def _view_image(image_path: str, runtime: ToolRuntime[Any, Any]) -> str | Command[Any]:
     """Look at an image file (PNG, JPEG, GIF or WebP) from the sandbox.
 
     Args:

@@ -88,12 +88,15 @@ def non_dev_server(tmp_path: Path, extra_env: dict[str, str]) -> Iterator[tuple[
     """``langgraph_api.server:app`` under uvicorn, without the ``local_dev`` variant."""
     env = {**os.environ, **server_env(), **extra_env}
     env.pop("LANGSMITH_LANGGRAPH_API_VARIANT", None)
+    # Hermetic: the in-memory runtime keeps (and at shutdown rewrites) .langgraph_api
+    # in its working directory, so it runs in a temp dir, never the checkout.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
     port = free_port()
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "langgraph_api.server:app", "--port", str(port)],
-            cwd=PROJECT_ROOT,
+            cwd=tmp_path,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -89,11 +89,12 @@ async def test_forged_context_never_reaches_the_graph(
     tid, report = await _probe(
         alice,
         input={"messages": [FORGED_MESSAGE]},
-        context={**FORGED_KEYS, "model_name": "scripted", "topic": "kept"},
+        context={**FORGED_KEYS, "model_name": "scripted", "agent_name": "kept"},
     )
     _assert_clean(report, "alice")
-    # What the caller may set still arrives: the rewrite is selective.
-    assert {"model_name", "topic"} <= set(report["context_keys"])
+    # What the caller may set (the graphs' context schema, runtime.run_options)
+    # still arrives: the rewrite is selective.
+    assert {"model_name", "agent_name"} <= set(report["context_keys"])
 
     # The graph wrote under Alice's own directory, nowhere else.
     written = thread_paths(get_settings().data_root_path(), "alice", tid).outputs / PROBE_FILE
@@ -138,14 +139,14 @@ async def test_assistant_defaults_cannot_smuggle_identity(
     jwt_mode(probe=True)
     alice = lg_client(headers=bearer("alice"))
     assistant = await alice.assistants.create(
-        "lead_agent", context={**FORGED_KEYS, "topic": "assistant default"}
+        "lead_agent", context={**FORGED_KEYS, "agent_name": "assistant default"}
     )
-    assert assistant["context"] == {"topic": "assistant default"}
+    assert assistant["context"] == {"agent_name": "assistant default"}
     _, report = await _probe(
         alice, assistant=assistant["assistant_id"], input={"messages": [FORGED_MESSAGE]}
     )
     _assert_clean(report, "alice")
-    assert "topic" in report["context_keys"]
+    assert "agent_name" in report["context_keys"]  # a declared switch (runtime.run_options)
 
 
 async def test_path_characters_in_an_identity_resolve_to_a_safe_id(

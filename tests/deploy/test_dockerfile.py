@@ -131,3 +131,69 @@ def test_dockerignore_keeps_secrets_and_local_state_out() -> None:
     ignored = (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
     for entry in (".env", ".venv", ".git", ".langgraph_api", ".deer-flow"):
         assert entry in ignored, entry
+
+
+# --- the image installs what was tested (issue 22 item 9) ------------------------
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)(?:\s*;[^\\]*)?\s*\\?$")
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _locked() -> dict[str, tuple[str, int]]:
+    """``name -> (version, number of hashes)`` from requirements.lock."""
+    pins: dict[str, tuple[str, int]] = {}
+    current: str | None = None
+    for line in (PROJECT_ROOT / "requirements.lock").read_text().splitlines():
+        match = _PIN.match(line)
+        if match:
+            current = _normalise(match.group(1))
+            pins[current] = (match.group(2), 0)
+        elif line.strip().startswith("--hash=sha256:") and current is not None:
+            version, hashes = pins[current]
+            pins[current] = (version, hashes + 1)
+        elif line and not line.startswith((" ", "#")):
+            current = None
+    return pins
+
+
+def _run_lines(dockerfile: str) -> list[str]:
+    return [line for line in dockerfile.splitlines() if line.startswith(("RUN ", "ADD "))]
+
+
+def test_the_lock_is_installed_with_hashes_before_the_project(dockerfile: str) -> None:
+    lines = _run_lines(dockerfile)
+    add_lock = lines.index("ADD requirements.lock /deps/requirements.lock")
+    install = next(i for i, line in enumerate(lines) if "-r /deps/requirements.lock" in line)
+    project = next(i for i, line in enumerate(lines) if re.match(r"ADD \. /deps/", line))
+    local_install = next(i for i, line in enumerate(lines) if "-e ." in line)
+    assert add_lock < install < project < local_install, lines
+    command = lines[install]
+    assert "--require-hashes" in command and "--no-deps" in command, command
+    # The project install resolves against constraints that now include every
+    # locked pin: it keeps the locked versions or the build fails; it never drifts.
+    constrained = next(i for i, line in enumerate(lines) if "/api/constraints.txt" in line)
+    assert install < constrained < project, lines
+    assert "cat /deps/requirements.lock >> /api/constraints.txt" in lines[constrained]
+    assert "-c /api/constraints.txt" in lines[local_install], lines[local_install]
+
+
+def test_the_lock_pins_every_dependency_with_hashes() -> None:
+    pins = _locked()
+    assert len(pins) > 100
+    unhashed = sorted(name for name, (_, hashes) in pins.items() if hashes == 0)
+    assert unhashed == [], unhashed
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    declared = list(project["dependencies"]) + list(project["optional-dependencies"]["dev"])
+    for requirement in declared:
+        name = _normalise(re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0])
+        assert name in pins, f"{requirement} is not pinned in requirements.lock"
+    for name in ("langgraph", "langchain", "langchain-core", "langgraph-checkpoint-postgres"):
+        assert name in pins, name
+
+
+def test_the_lock_reaches_the_image() -> None:
+    ignored = (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
+    assert not any(entry.strip() in ("requirements.lock", "*.lock") for entry in ignored)

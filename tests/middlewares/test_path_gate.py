@@ -170,7 +170,7 @@ async def test_await_off_thread_drains_started_io_across_repeated_cancellation()
         return await _await_off_thread(asyncio.ensure_future(asyncio.to_thread(io)))
 
     task = asyncio.ensure_future(caller())
-    await asyncio.to_thread(started.wait, 5)
+    assert await asyncio.to_thread(started.wait, 60)
     task.cancel()
     await asyncio.sleep(0.01)
     task.cancel()

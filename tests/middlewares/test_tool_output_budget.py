@@ -43,7 +43,10 @@ def _settings(tmp_path: Path, **tool_output: Any) -> Settings:
 def _read_file_tool(settings: Settings) -> BaseTool:
     @tool
     def read_file(
-        path: str, runtime: ToolRuntime, start_line: int | None = None, end_line: int | None = None
+        path: str,
+        runtime: ToolRuntime[Any, Any],
+        start_line: int | None = None,
+        end_line: int | None = None,
     ) -> str:
         """Read a file under /mnt/user-data/outputs (test stand-in for the sandbox tool)."""
         if not path.startswith(VIRTUAL_OUTPUTS + "/"):

@@ -15,6 +15,7 @@ from langchain_core.runnables import RunnableConfig
 
 from runtime.checkpointer import make_checkpointer
 from runtime.config import reset_settings_cache
+from runtime.embedded_saver import DeerflowEmbeddedSaver
 from runtime.memory_saver import DeerflowMemorySaver
 from runtime.saver import DeerflowPostgresSaver
 from runtime.store import make_store
@@ -32,12 +33,14 @@ def test_langgraph_json_registers_both_factories() -> None:
     assert config["store"] == {"path": "runtime.store.make_store"}
 
 
-async def test_without_a_uri_the_default_is_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_a_uri_the_default_is_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DEERFLOW_POSTGRES_URI", raising=False)
     monkeypatch.setenv("DATABASE_URI", "postgresql://owned-by-the-server/never-used")
+    monkeypatch.setenv("LANGGRAPH_DISABLE_FILE_PERSISTENCE", "true")
     reset_settings_cache()
     async with make_checkpointer() as saver:
-        assert type(saver) is DeerflowMemorySaver
+        assert type(saver) is DeerflowEmbeddedSaver
+        assert isinstance(saver, DeerflowMemorySaver) and saver.path is None
 
 
 @pytest.mark.postgres

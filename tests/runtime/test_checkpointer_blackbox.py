@@ -119,7 +119,7 @@ async def test_threads_survive_a_restart_and_rollback_copy_delete_take_the_fast_
         [
             ai_text("one"),
             ai_text("two"),
-            ai_tools(tool_call("nap", seconds=2)),
+            ai_tools(tool_call("nap", seconds=30)),  # cancelled by the rollback, never slept out
             ai_text("three"),
         ],
         tools=[{"name": "nap", "group": "test", "use": "tests.support.persistence:nap"}],
@@ -155,7 +155,7 @@ async def test_threads_survive_a_restart_and_rollback_copy_delete_take_the_fast_
     while (await client.runs.get(thread_id, slow["run_id"]))["status"] != "running":
         assert time.monotonic() < deadline, "the slow run never started"
         await asyncio.sleep(0.1)
-    await asyncio.sleep(0.5)  # inside the nap
+    await asyncio.sleep(0.5)  # inside the nap (30 s: load cannot make it end first)
     status, output = await run(second, thread_id, "fast", multitask_strategy="rollback")
     assert status == "success"
     assert [m["content"] for m in output["messages"]][:5] == [
@@ -204,7 +204,8 @@ async def test_runs_ride_out_a_postgres_restart_and_fail_clearly_while_it_is_dow
     config = write_config(
         tmp_path,
         [ai_text("one"), ai_text("two"), ai_text("three"), ai_text("four")],
-        database={"pool": {"timeout": 4, "reconnect_timeout": 2}},
+        # Short enough for a quick "down" phase, long enough for a loaded machine.
+        database={"pool": {"timeout": 10, "reconnect_timeout": 5}},
     )
     server = dev_server(env=server_env(config, database))
     client: Any = server.client()

@@ -28,7 +28,7 @@ async def test_server_runs_copy_and_delete_through_the_in_memory_saver(
     assert [m["content"] for m in result["messages"]] == ["hi", "hello"]
 
     checkpointer = await get_checkpointer()
-    assert type(checkpointer._inner).__name__ == "DeerflowMemorySaver"
+    assert type(checkpointer._inner).__name__ == "DeerflowEmbeddedSaver"
     capabilities = get_checkpointer_capabilities()
     assert capabilities is not None
     assert capabilities.has_adelete_thread and capabilities.has_adelete_for_runs

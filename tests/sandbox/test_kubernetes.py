@@ -34,6 +34,7 @@ from tests.support.fake_kubernetes import (
     kubernetes_provider,
     namespaces_supported,
 )
+from tests.support.waiting import eventually
 
 NS = "deerflow-sandbox"
 WS = "/mnt/user-data/workspace"
@@ -469,19 +470,17 @@ async def test_a_terminating_pod_is_awaited_with_a_watch_before_replacement(env:
     await fake.evict(NS, name)
     fake.reset_counts()
     task = asyncio.create_task(sandbox.execute_command("echo replaced"))
-    for _ in range(200):
+
+    def watching_the_deleted_pod() -> bool:
         pod = fake.pod(NS, name)
-        if pod is not None and pod["metadata"].get("deletionTimestamp"):
-            break
-        await asyncio.sleep(0.02)
-    else:
-        raise AssertionError("the provider never deleted the evicted pod")
-    # Let the provider open its watch on the old pod before it goes (without
-    # this the pod could vanish before the provider looked: a flaky count).
-    for _ in range(200):
-        if fake.count("watch") >= 1:
-            break
-        await asyncio.sleep(0.02)
+        deleting = pod is not None and bool(pod["metadata"].get("deletionTimestamp"))
+        return deleting and fake.count("watch") >= 1
+
+    # Wait for a condition, never for a time: under load the provider may take
+    # long to get there (the deadline only bounds a broken provider).
+    await eventually(
+        lambda: task.done() or watching_the_deleted_pod(), message="the provider never watched"
+    )
     assert not task.done()  # waiting for the old pod to go, on a watch
     await fake.finish_termination(NS, name)
     result = await task
@@ -638,10 +637,7 @@ async def test_reaper_task_runs_in_the_server_and_stops_with_the_provider(
         task = provider._reaper
         assert task is not None and not task.done()
         clock.now += 10
-        for _ in range(200):
-            if not fake.pods(NS):
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: not fake.pods(NS), message="the reaper never removed the pod")
         assert fake.pods(NS) == {}
         await provider.reset()
         assert task.done() and provider._reaper is None
@@ -721,12 +717,11 @@ async def test_orphan_reconciliation_at_start(k8s: Callable[..., Any]) -> None:
         )
         for manifest in [*manifests, other_server]:
             await asyncio.to_thread(create, manifest)
-        for _ in range(100):
-            if all(
+        await eventually(
+            lambda: all(
                 (p.get("status") or {}).get("phase") == "Running" for p in fake.pods(NS).values()
-            ):
-                break
-            await asyncio.sleep(0.02)
+            )
+        )
         await fake.evict(NS, dead)
 
         await provider.start()
@@ -746,17 +741,17 @@ async def test_orphan_reconciliation_at_start(k8s: Callable[..., Any]) -> None:
 
 
 async def _wait_warm(fake: FakeKubernetes, count: int) -> list[str]:
-    for _ in range(200):
-        warm = [
+    def warm() -> list[str] | None:
+        names = [
             name
             for name, pod in fake.pods(NS).items()
             if pod["metadata"]["labels"][LABEL_STATE] == "warm"
             and (pod.get("status") or {}).get("phase") == "Running"
         ]
-        if len(warm) >= count:
-            return sorted(warm)
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"the warm pool never reached {count}: {fake.pods(NS).keys()}")
+        return sorted(names) if len(names) >= count else None
+
+    found: list[str] = await eventually(warm, message=f"the warm pool never reached {count}")
+    return found
 
 
 async def test_warm_pool_is_claimed_atomically_and_replenished(k8s: Callable[..., Any]) -> None:
@@ -863,12 +858,11 @@ async def test_long_commands_do_not_starve_api_calls(k8s: Callable[..., Any]) ->
         first = await _sandbox(provider, "t1")
         second = await _sandbox(provider, "t2")
         sleepers = [
-            asyncio.create_task(sandbox.execute_command("sleep 5")) for sandbox in (first, second)
+            # Long enough never to end on its own: the test cancels them.
+            asyncio.create_task(sandbox.execute_command("sleep 300"))
+            for sandbox in (first, second)
         ]
-        for _ in range(200):
-            if fake.count("exec") >= 2:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: fake.count("exec") >= 2)
         # Both API threads' worth of execs are running; acquiring still works.
         third = await provider.acquire("t3", user_id="alice")
         await provider.release(third)
@@ -882,13 +876,13 @@ async def test_cancelling_a_run_stops_its_command_in_the_pod(env: Env) -> None:
     provider, _fake = env
     sandbox = await _sandbox(provider)
     task = asyncio.create_task(sandbox.execute_command(f"echo $$ > {WS}/pid; sleep 60"))
-    pid = ""
-    for _ in range(300):
-        await asyncio.sleep(0.02)
+
+    async def written_pid() -> str:
         with contextlib.suppress(SandboxError):
-            pid = (await sandbox.read_file(f"{WS}/pid")).strip()
-        if pid:
-            break
+            return (await sandbox.read_file(f"{WS}/pid")).strip()
+        return ""
+
+    pid = await eventually(written_pid)
     assert pid
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

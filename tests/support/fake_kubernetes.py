@@ -127,6 +127,14 @@ def _selector_matches(selector: str | None, labels: dict[str, Any]) -> bool:
     return True
 
 
+def _field_value(selector: str | None, key: str) -> str | None:
+    for term in filter(None, (t.strip() for t in (selector or "").split(","))):
+        name, _, value = term.partition("=")
+        if name == key:
+            return value.lstrip("=")
+    return None
+
+
 def _fields_match(selector: str | None, obj: dict[str, Any]) -> bool:
     if not selector:
         return True
@@ -442,17 +450,52 @@ class FakeKubernetes(kmock.KubernetesEmulator):
         return result
 
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        """A watch as the API server serves it, with no window for lost events.
+
+        kmock lists the existing objects first and only then marks its event bus,
+        so an event published in between was never delivered, and it ignores
+        ``resourceVersion``: a pod deleted before the watch arrived never sent
+        DELETED, and a provider waiting for it hung until its deadline. Under
+        load (the provider's watch starts in a worker thread) tests failed by
+        timing. Here the bus is marked before the listing, and a watch with a
+        ``resourceVersion`` whose field selector names a pod that is gone gets
+        that pod's DELETED event, as a real API server replays it.
+        """
         params = request.params or {}
-        async for event in super()._serve_watch(request):
-            if isinstance(event, dict):
-                obj = event.get("object") or {}
-                labels = (obj.get("metadata") or {}).get("labels") or {}
-                if not (
-                    _selector_matches(params.get("labelSelector"), labels)
-                    and _fields_match(params.get("fieldSelector"), obj)
-                ):
+
+        def wanted(obj: dict[str, Any]) -> bool:
+            meta = obj.get("metadata") or {}
+            return (
+                (request.namespace is None or meta.get("namespace") == request.namespace)
+                and (request.name is None or meta.get("name") == request.name)
+                and _selector_matches(params.get("labelSelector"), meta.get("labels") or {})
+                and _fields_match(params.get("fieldSelector"), obj)
+            )
+
+        yield b""  # headers out: the client sees the stream open
+        assert request.resource is not None
+        bus = self._buses[request.resource]
+        marker = await bus.mark()
+        try:
+            async with self._lock:
+                existing = [
+                    obj.raw
+                    for (resource, _ns, _name), obj in self.objects.items()
+                    if resource == request.resource and not obj.deleted and wanted(obj.raw)
+                ]
+            for raw in existing:
+                yield {"type": "ADDED", "object": raw}
+            named = _field_value(params.get("fieldSelector"), "metadata.name")
+            if params.get("resourceVersion") and named and not existing:
+                gone = {"name": named, "namespace": request.namespace}
+                gone["resourceVersion"] = self._next_rv()
+                yield {"type": "DELETED", "object": {"kind": "Pod", "metadata": gone}}
+            async for event in bus.stream(since=marker):
+                if isinstance(event, dict) and not wanted(event.get("object") or {}):
                     continue
-            yield event
+                yield event
+        finally:
+            await bus.unmark(marker)
 
     # --- the kubelet -----------------------------------------------------------
 

@@ -16,10 +16,12 @@ import contextvars
 import gc
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -35,8 +37,10 @@ __all__ = [
     "RequestScopedASGITransport",
     "asgi_client",
     "free_port",
+    "hermetic_langgraph_json",
     "in_process_server",
     "langgraph_json",
+    "project_copy",
     "reap_dev_servers",
     "server_blocking_detector_paused",
     "server_env",
@@ -50,22 +54,58 @@ def langgraph_json() -> dict[str, Any]:
     return json.loads((PROJECT_ROOT / "langgraph.json").read_text(encoding="utf-8"))
 
 
-def _absolute(spec: str) -> str:
+def _absolute(spec: str, base: Path = PROJECT_ROOT) -> str:
     """``./graphs/x.py:attr`` -> an absolute file path; module specs unchanged."""
     path, sep, attr = spec.partition(":")
     if path.endswith(".py"):
-        return f"{(PROJECT_ROOT / path).resolve()}{sep}{attr}"
+        return f"{(base / path).resolve()}{sep}{attr}"
     return spec
 
 
-def _absolute_paths(value: Any, key: str = "") -> Any:
+def _absolute_paths(value: Any, key: str = "", base: Path = PROJECT_ROOT) -> Any:
     if isinstance(value, dict):
-        return {k: _absolute_paths(v, k) for k, v in value.items()}
+        return {k: _absolute_paths(v, k, base) for k, v in value.items()}
     if (isinstance(value, str) and key in {"path", "app"}) or (
         isinstance(value, str) and value.startswith("./") and ".py:" in value
     ):
-        return _absolute(value)
+        return _absolute(value, base)
     return value
+
+
+def hermetic_langgraph_json(
+    project_root: Path,
+    workdir: Path,
+    *,
+    disable_persistence: bool = False,
+    load_env: bool = False,
+) -> Path:
+    """A copy of ``project_root/langgraph.json`` for a test server, in ``workdir``.
+
+    Paths become absolute and ``env`` is dropped: a test server never loads the
+    developer's ``.env`` (a Postgres URI there must not redirect the suite).
+    ``disable_persistence`` keeps the server's thread store in memory: needed
+    when it runs in the project directory, whose ``.langgraph_api`` is the
+    developer's (``langgraph dev`` sets ``LANGGRAPH_DISABLE_FILE_PERSISTENCE``
+    from this key, over the environment). ``load_env`` keeps ``env`` (pointing at
+    ``project_root``'s file): only for a project copy whose ``.env`` a test wrote.
+    """
+    config = json.loads((project_root / "langgraph.json").read_text(encoding="utf-8"))
+    env = config.pop("env", None)
+    if load_env and isinstance(env, str):
+        config["env"] = str(project_root / env)
+    if disable_persistence:
+        config["disable_persistence"] = True
+    config["graphs"] = {
+        name: _absolute(spec, project_root) for name, spec in config["graphs"].items()
+    }
+    for section in ("auth", "http", "checkpointer", "store"):
+        if section in config:
+            config[section] = _absolute_paths(config[section], base=project_root)
+    config["dependencies"] = [str(project_root)]
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "langgraph.json"
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path
 
 
 def server_env(overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -116,10 +156,28 @@ async def in_process_server(overrides: Mapping[str, Any] | None = None) -> Async
     os.environ.update(server_env(overrides))
     if str(PROJECT_ROOT) not in sys.path:
         sys.path.insert(0, str(PROJECT_ROOT))
-    from langgraph_api.server import app
+    # The in-memory runtime creates ``.langgraph_api`` in its working directory on
+    # import, loads it at start and rewrites it at shutdown, whatever
+    # LANGGRAPH_DISABLE_FILE_PERSISTENCE says: all of it happens in a temp dir,
+    # never in the developer's checkout.
+    home = tempfile.mkdtemp(prefix="deerflow-inproc-")
+    here = os.getcwd()
+    os.chdir(home)
+    try:
+        from langgraph_api.server import app
 
-    async with app.router.lifespan_context(app):
+        lifespan = app.router.lifespan_context(app)
+        await lifespan.__aenter__()
+    finally:
+        os.chdir(here)
+    try:
         yield app
+    finally:
+        os.chdir(home)
+        try:
+            await lifespan.__aexit__(None, None, None)
+        finally:
+            os.chdir(here)
 
 
 class RequestScopedASGITransport(httpx.ASGITransport):
@@ -218,8 +276,41 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_NOT_COPIED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    ".env",
+    ".langgraph_api",
+    ".deer-flow",
+    "config.yaml",
+    "__pycache__",
+    ".*_cache",
+    "*.log",
+)
+
+
+def project_copy(target: Path) -> Path:
+    """A copy of this checkout's code and config (no ``.env``, state or caches),
+    for tests that must run a server in a project directory, as ``make dev`` does."""
+    shutil.copytree(PROJECT_ROOT, target, ignore=_NOT_COPIED, symlinks=True)
+    return target
+
+
 class DevServer:
     """``langgraph dev`` in its own process group on a free port (the black box).
+
+    Hermetic: it runs in ``workdir`` (a temp dir) with a copy of the project's
+    ``langgraph.json`` that loads no ``.env``, so neither the developer's ``.env``
+    nor their ``.langgraph_api`` thread store is read or written. The default
+    data root (``$XDG_DATA_HOME/deerflow``) points into ``workdir`` too.
+
+    ``reload=True`` runs with the reloader on, as ``make dev`` does;
+    ``watch_project=True`` runs in ``project_root`` (the tree the reloader
+    watches under ``make dev``), which must then be a copy (``project_copy``):
+    ``langgraph dev`` reads and, on shutdown, rewrites ``.langgraph_api`` in its
+    working directory whatever the settings say, so no test server ever runs in
+    the developer's own checkout. ``command`` replaces ``python -m langgraph_cli
+    dev`` (e.g. with ``scripts/dev.py``).
 
     The log goes to a file outside the project (a log inside it would make the
     reloader loop). ``langgraph dev`` silently moves to another port when the
@@ -231,23 +322,74 @@ class DevServer:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
+        *,
+        workdir: Path | None = None,
+        project_root: Path = PROJECT_ROOT,
+        reload: bool = False,
+        watch_project: bool = False,
+        command: Sequence[str] | None = None,
+        load_env: bool = False,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.env = dict(env or {})
         self.args = list(args)
+        self.workdir = workdir or log_path.parent / f"{log_path.stem}-home"
+        self.project_root = project_root
+        self.reload = reload
+        self.watch_project = watch_project
+        self.command = list(command) if command is not None else None
         self.process: subprocess.Popen[bytes] | None = None
+        if (watch_project or load_env) and project_root.resolve() == PROJECT_ROOT.resolve():
+            raise ValueError("watch_project and load_env need a project copy (see project_copy)")
+        self.load_env = load_env
 
     def start(self, timeout: float = 60.0) -> DevServer:
         """Start and wait for ``/ok``; safe to call from an async test."""
         return _off_loop(self._start, timeout)
 
+    def command_line(self) -> list[str]:
+        config = hermetic_langgraph_json(
+            self.project_root,
+            self.workdir,
+            disable_persistence=self.watch_project,
+            load_env=self.load_env,
+        )
+        if self.command is not None:
+            base = [*self.command, "--host", "127.0.0.1", "--port", str(self.port), "--"]
+        else:
+            base = [
+                sys.executable,
+                "-m",
+                "langgraph_cli",
+                "dev",
+                "--no-browser",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ]
+        return [
+            *base,
+            "--config",
+            str(config),
+            *([] if self.reload else ["--no-reload"]),
+            *self.args,
+        ]
+
     def _start(self, timeout: float) -> DevServer:
         # Tests' dev servers keep their thread store in memory unless a test asks
-        # for file persistence: .langgraph_api is per working directory, and two
-        # servers sharing it overwrite each other's files.
-        env = {**os.environ, "LANGGRAPH_DISABLE_FILE_PERSISTENCE": "true", **self.env}
+        # for file persistence (then it lands in ``workdir``, never the project's).
+        env = {
+            **os.environ,
+            "LANGGRAPH_DISABLE_FILE_PERSISTENCE": "true",
+            "XDG_DATA_HOME": str(self.workdir / "xdg-data"),
+            **self.env,
+        }
+        # The code: a project copy's own, else this checkout's.
+        code = self.project_root if (self.project_root / "runtime").is_dir() else PROJECT_ROOT
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code), env.get("PYTHONPATH", "")) if p)
         env.update(
             LANGGRAPH_CLI_NO_ANALYTICS="1",
             LANGGRAPH_NO_VERSION_CHECK="true",
@@ -255,23 +397,11 @@ class DevServer:
             PYTHONUNBUFFERED="1",
             **{DEV_SERVER_MARKER: TEST_SESSION_ID},
         )
-        command = [
-            sys.executable,
-            "-m",
-            "langgraph_cli",
-            "dev",
-            "--no-browser",
-            "--no-reload",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            *self.args,
-        ]
-        log = self.log_path.open("wb")
+        command = self.command_line()
+        log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             command,
-            cwd=PROJECT_ROOT,
+            cwd=self.project_root if self.watch_project else self.workdir,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

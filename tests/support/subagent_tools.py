@@ -109,7 +109,7 @@ async def hang(key: str) -> str:
 
 
 @tool
-async def whoami(runtime: ToolRuntime) -> str:
+async def whoami(runtime: ToolRuntime[Any, Any]) -> str:
     """Record what the running agent sees of its identity, thread and state."""
     configurable = (runtime.config or {}).get("configurable") or {}
     user = configurable.get("langgraph_auth_user")

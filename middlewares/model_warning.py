@@ -32,6 +32,8 @@ class ModelWarningMiddleware(AgentMiddleware[Any, Any]):
         ``ModelWarningMiddleware(warning="unknown model_name 'x'; using 'scripted'")``
     """
 
+    deerflow_fusable = True  # hooks never interrupt: may share a node
+
     def __init__(self, *, warning: str) -> None:
         super().__init__()
         if not isinstance(warning, str) or not warning.strip():

@@ -22,7 +22,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert settings.uploads.max_file_bytes == 50 * 1024 * 1024
     assert settings.uploads.max_files == 20
     assert settings.tool_groups.for_kind("lead_agent") is None
-    assert settings.tool_groups.for_kind("subagent") == ["sandbox", "files", "vision"]
+    assert settings.tool_groups.for_kind("subagent") == ["sandbox", "files", "vision", "web", "mcp"]
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
+from middlewares._identity_cache import IdentityCache
 from middlewares.model_response import TOOL_CALL_BLOCK_TYPES, block_type_is
 from middlewares.tool_call_args import DeclaredToolCall, declared_tool_calls
 
@@ -146,6 +147,10 @@ def _repaired_ai_message(
     return message.model_copy(update=update)
 
 
+# Per AI message object: its declared tool calls and whether they are already clean.
+_verdicts: IdentityCache[tuple[list[DeclaredToolCall], bool]] = IdentityCache()
+
+
 def repair_tool_call_protocol(messages: list[AnyMessage]) -> tuple[list[AnyMessage], bool]:
     """The repaired message list, and whether anything changed."""
     results: dict[str, deque[ToolMessage]] = {}
@@ -161,7 +166,11 @@ def repair_tool_call_protocol(messages: list[AnyMessage]) -> tuple[list[AnyMessa
         if not isinstance(message, AIMessage):
             rebuilt.append(message)
             continue
-        calls = declared_tool_calls(message)
+        verdict = _verdicts.get(message)
+        if IdentityCache.missing(verdict):
+            found = declared_tool_calls(message)
+            verdict = _verdicts.put(message, (found, bool(found) and _is_clean(message, found)))
+        calls, clean = verdict
         if not calls:
             rebuilt.append(message)
             continue
@@ -169,9 +178,7 @@ def repair_tool_call_protocol(messages: list[AnyMessage]) -> tuple[list[AnyMessa
             call.id if call.id is not None else f"call_repaired_{index}_{position}"
             for position, call in enumerate(calls)
         ]
-        rebuilt.append(
-            message if _is_clean(message, calls) else _repaired_ai_message(message, calls, ids)
-        )
+        rebuilt.append(message if clean else _repaired_ai_message(message, calls, ids))
         for call, call_id in zip(calls, ids, strict=True):
             queue = results.get(call_id)
             if queue:

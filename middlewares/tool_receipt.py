@@ -42,6 +42,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMes
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from middlewares._identity_cache import IdentityCache
 from middlewares._tool_results import apply_sized, map_tool_messages, tool_message_text
 from middlewares.model_response import last_ai_message, replace_last_ai_message
 from middlewares.tool_result_meta import read_tool_meta
@@ -113,10 +114,25 @@ def make_receipt(
 _RECEIPT_FIELDS = RECEIPT_FIELDS
 
 
+_receipts: IdentityCache[dict[str, Any] | None] = IdentityCache()
+
+
 def read_receipt(message: Any) -> dict[str, Any] | None:
-    """A message's receipt if it is well formed (persisted data is revalidated)."""
+    """A message's receipt if it is well formed (persisted data is revalidated).
+
+    Messages are immutable here, so the verdict is cached per message object.
+    """
     if not isinstance(message, ToolMessage):
         return None
+    cached = _receipts.get(message)
+    if not IdentityCache.missing(cached):
+        return dict(cached) if cached is not None else None
+    receipt = _read_receipt(message)
+    _receipts.put(message, receipt)
+    return dict(receipt) if receipt is not None else None
+
+
+def _read_receipt(message: ToolMessage) -> dict[str, Any] | None:
     raw = (message.additional_kwargs or {}).get(RECEIPT_KEY)
     if not isinstance(raw, Mapping):
         return None

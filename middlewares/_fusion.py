@@ -755,7 +755,8 @@ class _LifecycleProxyBase(AgentMiddleware[Any, Any, Any]):
 
 
 def _delegate(method: str, jumps: list[str] | None) -> Callable[..., Any]:
-    if method.startswith("a"):
+    # The async twin is "a" + a hook name; "after_model" itself also starts with "a".
+    if method not in LIFECYCLE_HOOKS:
 
         async def adelegate(self: _LifecycleProxyBase, state: Any, runtime: Any) -> Any:
             return await getattr(self.inner, method)(state, runtime)

@@ -996,3 +996,17 @@ async def test_the_assembled_lead_chain_runs_the_same_fused(
     assert results[0] == results[1]
     assert logs[0] == logs[1]
     assert results[0][-1][1] == "done"
+
+
+def test_a_non_fusable_after_hook_runs_its_sync_twin_in_a_sync_invoke() -> None:
+    """Regression: "after_model" starts with "a"; the proxy once took it for the async twin."""
+    log: list[str] = []
+    chain = [probe("A", log), probe("D", log, fusable=False)]
+    graph = create_agent(
+        _model([ai_text("done")]),
+        [echo],
+        middleware=fuse_middlewares(chain, state_schema=ThreadState, fold_after_model=True),
+        checkpointer=InMemorySaver(),
+    )
+    graph.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "sync"}})
+    assert any(line.startswith("D.after_model") for line in log), log

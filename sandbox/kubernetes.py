@@ -216,14 +216,28 @@ class KubernetesSandbox(Sandbox):
         )
 
     async def download_bytes(self, path: str) -> bytes:
+        """The file's bytes, checked against the size the helper reports it sent.
+
+        A stream that delivers fewer bytes than the helper wrote (seen
+        intermittently on the test cluster's exec endpoint) is retried once and
+        then refused, never returned as if it were the whole file.
+        """
         target = _virtual(path)
         limit = self._provider.config.max_file_bytes
-        done = await self._provider.helper(
-            self._entry,
-            {"op": "read", "mode": "bytes", "path": target, "max_bytes": limit},
-            max_stdout=limit + 1,
-        )
-        return done.payload
+        request = {"op": "read", "mode": "bytes", "path": target, "max_bytes": limit}
+        for _ in range(2):
+            done = await self._provider.helper(self._entry, request, max_stdout=limit + 1)
+            size = done.result.get("size")
+            if not isinstance(size, int) or size == len(done.payload):
+                return done.payload
+            logger.warning(
+                "sandbox %s: %s arrived short (%d of %d bytes); retrying",
+                self._entry.pod_name,
+                path,
+                len(done.payload),
+                size,
+            )
+        raise SandboxError(f"{path}: the transfer from the sandbox was incomplete; try again")
 
     async def is_file(self, path: str) -> bool:
         try:

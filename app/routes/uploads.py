@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import mimetypes
 import os
 import stat
@@ -46,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.routes._loopback import api_request
 from auth.access import resolve_request_caller
 from auth.identity import make_safe_user_id
 from runtime.config import ConfigError, Settings, aget_settings
@@ -60,18 +60,6 @@ __all__ = ["routes"]
 _CHUNK = 256 * 1024
 # Multipart framing and small form fields on top of the file bytes.
 _REQUEST_OVERHEAD = 1024 * 1024
-_HOP_HEADERS = frozenset(
-    {
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-        "accept-encoding",
-        "expect",
-        "upgrade",
-    }
-)
 
 
 class _HTTPError(Exception):
@@ -116,28 +104,9 @@ def _thread_id(request: Request) -> str:
     return str(raw)
 
 
-class _IsolatedASGITransport(httpx.ASGITransport):
-    """Each loopback request in its own task and context copy, as a real server runs it.
-
-    LangGraph's auth keeps the authenticated user in a ContextVar it never
-    resets; run inline, the loopback request would write into this handler's
-    context.
-    """
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await asyncio.create_task(
-            super().handle_async_request(request), context=contextvars.copy_context()
-        )
-
-
 async def _api_get(request: Request, path: str) -> httpx.Response:
     """GET the LangGraph API in-process, as the caller (their headers, their auth)."""
-    headers = [
-        (key, value) for key, value in request.headers.items() if key.lower() not in _HOP_HEADERS
-    ]
-    transport = _IsolatedASGITransport(app=request.scope["app"])
-    async with httpx.AsyncClient(transport=transport, base_url="http://loopback") as client:
-        return await client.get(path, headers=headers)
+    return await api_request(request, "GET", path)
 
 
 async def _visible_thread(request: Request, thread_id: str) -> None:

@@ -14,7 +14,9 @@ display ids ``r1..rN`` in chronological order. When it exceeds the character
 budget (2,000 by default) the newest receipts are kept, in order, with their
 original ids, after an omission marker. The ledger rides the request only; the
 response that saw it is stamped with exactly the ids it saw
-(``deerflow_receipt_ledger``), never with omitted ones.
+(``deerflow_receipt_ledger``), never with omitted ones: each id with a reference
+to its receipt (output hash and tool call id), not a copy of it, so the history
+does not grow by a ledger per step.
 
 Citations (spec 15): a model cites receipts as ``[r3]`` or with an anchor,
 ``[r3: exact quoted text]``. ``read_ledger_snapshot`` revalidates a persisted
@@ -54,6 +56,7 @@ from runtime.receipts import (
     RECEIPT_LEDGER_KEY,
     Citation,
     LedgerSnapshot,
+    ledger_snapshot,
     parse_citations,
     read_ledger_snapshot,
     verify_citations,
@@ -68,6 +71,7 @@ __all__ = [
     "LedgerSnapshot",
     "RenderedLedger",
     "ToolReceiptMiddleware",
+    "ledger_snapshot",
     "make_receipt",
     "parse_citations",
     "read_ledger_snapshot",
@@ -283,11 +287,9 @@ class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):
         if message is None:
             return response
         kwargs = dict(message.additional_kwargs or {})
-        kwargs[RECEIPT_LEDGER_KEY] = {
-            "ids": [entry.display_id for entry in ledger.entries],
-            "receipts": [{"id": entry.display_id, **entry.receipt} for entry in ledger.entries],
-            "omitted": ledger.omitted,
-        }
+        kwargs[RECEIPT_LEDGER_KEY] = ledger_snapshot(
+            [(entry.number, entry.receipt) for entry in ledger.entries], ledger.omitted
+        )
         marked: AIMessage = message.model_copy(update={"additional_kwargs": kwargs})
         return replace_last_ai_message(response, marked)
 

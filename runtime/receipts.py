@@ -24,6 +24,7 @@ __all__ = [
     "RECEIPT_LEDGER_KEY",
     "Citation",
     "LedgerSnapshot",
+    "ledger_snapshot",
     "parse_citations",
     "read_ledger_snapshot",
     "verify_citations",
@@ -71,20 +72,31 @@ def _kwargs_of(message: Any) -> Mapping[str, Any]:
     return raw if isinstance(raw, Mapping) else {}
 
 
-def read_ledger_snapshot(message: Any) -> LedgerSnapshot | None:
-    """The validated ``deerflow_receipt_ledger`` snapshot of a response, or None.
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
-    Persisted data is revalidated: the ids must form a strictly consecutive
-    positive range (not necessarily from ``r1``: older receipts may have been
-    omitted or summarized away) and each must carry a well-formed receipt.
+
+def ledger_snapshot(
+    entries: Sequence[tuple[int, Mapping[str, Any]]], omitted: int
+) -> dict[str, Any]:
+    """The ``deerflow_receipt_ledger`` snapshot for ``(display number, receipt)`` pairs.
+
+    Why references, not copies: every receipt already sits on its ToolMessage,
+    and the snapshot rides every response, so a copy of each receipt in each
+    response grows the checkpointed history quadratically (the largest per-step
+    cost of the whole chain when it did). A reference is the output hash and
+    the tool call id (``"<sha256> <tool_call_id>"``), which is exactly what
+    verification matches evidence on; the tool name rides beside it for reports.
     """
-    raw = _kwargs_of(message).get(RECEIPT_LEDGER_KEY)
-    if not isinstance(raw, Mapping):
-        return None
-    ids, receipts, omitted = raw.get("ids"), raw.get("receipts"), raw.get("omitted", 0)
-    if not isinstance(ids, list) or not isinstance(receipts, list) or len(ids) != len(receipts):
-        return None
-    if not isinstance(omitted, int) or isinstance(omitted, bool) or omitted < 0:
+    return {
+        "ids": [f"r{number}" for number, _ in entries],
+        "refs": [f"{r['output_sha256']} {r.get('tool_call_id', '')}" for _, r in entries],
+        "tools": [str(r.get("tool", "")) for _, r in entries],
+        "omitted": omitted,
+    }
+
+
+def _snapshot_numbers(ids: Any) -> list[int] | None:
+    if not isinstance(ids, list):
         return None
     numbers: list[int] = []
     for display in ids:
@@ -92,12 +104,57 @@ def read_ledger_snapshot(message: Any) -> LedgerSnapshot | None:
         if match is None:
             return None
         numbers.append(int(match.group(1)))
-    if not numbers:
-        return LedgerSnapshot({}, omitted)
-    if numbers[0] < 1 or numbers != list(range(numbers[0], numbers[0] + len(numbers))):
+    if numbers and (
+        numbers[0] < 1 or numbers != list(range(numbers[0], numbers[0] + len(numbers)))
+    ):
+        return None
+    return numbers
+
+
+def _ref_receipts(refs: Any, tools: Any, count: int) -> list[dict[str, Any]] | None:
+    if not isinstance(refs, list) or not isinstance(tools, list):
+        return None
+    if len(refs) != count or len(tools) != count:
+        return None
+    receipts: list[dict[str, Any]] = []
+    for ref, tool in zip(refs, tools, strict=True):
+        if not isinstance(ref, str) or not isinstance(tool, str) or len(ref) < 66:
+            return None
+        sha, space, call_id = ref[:64], ref[64], ref[65:]
+        if space != " " or not _SHA256_HEX.match(sha):
+            return None
+        receipts.append({"tool": tool, "tool_call_id": call_id, "output_sha256": sha})
+    return receipts
+
+
+def read_ledger_snapshot(message: Any) -> LedgerSnapshot | None:
+    """The validated ``deerflow_receipt_ledger`` snapshot of a response, or None.
+
+    Persisted data is revalidated: the ids must form a strictly consecutive
+    positive range (not necessarily from ``r1``: older receipts may have been
+    omitted or summarized away) and each must carry a well-formed reference
+    (``refs``, see ``ledger_snapshot``) or, in snapshots written before
+    references, a well-formed receipt copy (``receipts``).
+    """
+    raw = _kwargs_of(message).get(RECEIPT_LEDGER_KEY)
+    if not isinstance(raw, Mapping):
+        return None
+    omitted = raw.get("omitted", 0)
+    if not isinstance(omitted, int) or isinstance(omitted, bool) or omitted < 0:
+        return None
+    numbers = _snapshot_numbers(raw.get("ids"))
+    if numbers is None:
+        return None
+    if "refs" in raw:
+        receipts = _ref_receipts(raw.get("refs"), raw.get("tools"), len(numbers))
+        if receipts is None:
+            return None
+        return LedgerSnapshot(dict(zip(numbers, receipts, strict=True)), omitted)
+    copies = raw.get("receipts")
+    if not isinstance(copies, list) or len(copies) != len(numbers):
         return None
     by_number: dict[int, dict[str, Any]] = {}
-    for number, receipt in zip(numbers, receipts, strict=True):
+    for number, receipt in zip(numbers, copies, strict=True):
         valid = _valid_receipt_dict(receipt)
         if valid is None or valid.get("id") not in (None, f"r{number}"):
             return None

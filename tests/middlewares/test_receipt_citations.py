@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from middlewares.tool_receipt import (
     RECEIPT_KEY,
     RECEIPT_LEDGER_KEY,
+    ledger_snapshot,
     make_receipt,
     parse_citations,
     read_ledger_snapshot,
@@ -28,15 +29,35 @@ def _tool(call_id: str, text: str) -> ToolMessage:
     return message.model_copy(update={"additional_kwargs": {RECEIPT_KEY: receipt}})
 
 
-def _answer(text: str, tools: list[ToolMessage], first: int = 1) -> AIMessage:
+def _answer(
+    text: str, tools: list[ToolMessage], first: int = 1, *, legacy: bool = False
+) -> AIMessage:
+    """An answer with the snapshot the middleware writes (or, ``legacy``, receipt copies)."""
     receipts = [m.additional_kwargs[RECEIPT_KEY] for m in tools]
-    ids = [f"r{first + i}" for i in range(len(receipts))]
-    snapshot = {
-        "ids": ids,
-        "receipts": [{"id": i, **r} for i, r in zip(ids, receipts, strict=True)],
-        "omitted": first - 1,
-    }
+    numbered = [(first + i, r) for i, r in enumerate(receipts)]
+    snapshot = ledger_snapshot(numbered, first - 1)
+    if legacy:
+        snapshot = {
+            "ids": snapshot["ids"],
+            "receipts": [{"id": f"r{n}", **r} for n, r in numbered],
+            "omitted": first - 1,
+        }
     return AIMessage(text, additional_kwargs={RECEIPT_LEDGER_KEY: snapshot})
+
+
+def test_the_snapshot_references_receipts_instead_of_copying_them() -> None:
+    tools = [_tool("c1", "alpha"), _tool("c 2", "beta")]  # a call id may hold a space
+    raw = _answer("x", tools).additional_kwargs[RECEIPT_LEDGER_KEY]
+    sha = tools[1].additional_kwargs[RECEIPT_KEY]["output_sha256"]
+    assert raw == {
+        "ids": ["r1", "r2"],
+        "refs": [f"{tools[0].additional_kwargs[RECEIPT_KEY]['output_sha256']} c1", f"{sha} c 2"],
+        "tools": ["echo", "echo"],
+        "omitted": 0,
+    }
+    snapshot = read_ledger_snapshot(_answer("x", tools))
+    assert snapshot is not None
+    assert snapshot.receipts[2] == {"tool": "echo", "tool_call_id": "c 2", "output_sha256": sha}
 
 
 def test_snapshot_accepts_a_consecutive_range_not_starting_at_r1() -> None:
@@ -57,6 +78,12 @@ def test_snapshot_accepts_a_consecutive_range_not_starting_at_r1() -> None:
         {"ids": [["r1"]], "receipts": [{}]},  # odd shape
         {"ids": ["r1"], "receipts": [{"tool": "x"}]},  # malformed receipt
         {"ids": ["r1"], "receipts": [{}], "omitted": -1},
+        {"ids": ["r1"], "refs": ["a" * 64 + " c1"]},  # tools missing
+        {"ids": ["r1"], "refs": ["a" * 64 + " c1", "b" * 64 + " c2"], "tools": ["x", "y"]},
+        {"ids": ["r1"], "refs": ["A" * 64 + " c1"], "tools": ["x"]},  # not a sha256
+        {"ids": ["r1"], "refs": ["a" * 64 + "-c1"], "tools": ["x"]},  # no separator
+        {"ids": ["r1"], "refs": ["a" * 64 + " "], "tools": ["x"]},  # empty call id
+        {"ids": ["r1"], "refs": [7], "tools": ["x"]},
         "not a mapping",
     ],
 )
@@ -74,9 +101,11 @@ def test_citations_are_digit_bounded_and_deduped_by_id_and_anchor() -> None:
     assert cited == [("r1", None), ("r1", "alpha"), ("r1", "beta"), ("r2", None)]
 
 
-def test_verification_against_the_ledger_the_turn_saw() -> None:
+@pytest.mark.parametrize("legacy", [False, True], ids=["references", "legacy-copies"])
+def test_verification_against_the_ledger_the_turn_saw(legacy: bool) -> None:
     tools = [_tool("c1", "alpha value 42"), _tool("c2", "beta")]
-    answer = _answer("[r24: value 42] [r24: nope] [r25] [r26] [r99999999999]", tools, first=24)
+    text = "[r24: value 42] [r24: nope] [r25] [r26] [r99999999999]"
+    answer = _answer(text, tools, first=24, legacy=legacy)
     report = verify_citations(answer.text, read_ledger_snapshot(answer), [*tools, answer])
     statuses = [(c["id"], c.get("anchor"), c["status"]) for c in report["citations"]]
     assert statuses == [

@@ -28,7 +28,7 @@ import json
 import logging
 import re
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -151,8 +151,52 @@ def _repaired_ai_message(
 _verdicts: IdentityCache[tuple[list[DeclaredToolCall], bool]] = IdentityCache()
 
 
+def _verdict(message: AIMessage) -> tuple[list[DeclaredToolCall], bool]:
+    verdict = _verdicts.get(message)
+    if IdentityCache.missing(verdict):
+        found = declared_tool_calls(message)
+        verdict = _verdicts.put(message, (found, bool(found) and _is_clean(message, found)))
+    return verdict  # type: ignore[no-any-return]
+
+
+def _already_sound(messages: Sequence[AnyMessage]) -> bool:
+    """True when repairing would change nothing (the common case, checked in one cheap pass).
+
+    Sound means: every AI message's calls are clean and answered by the tool
+    results that immediately follow it, in call order, and no other tool result
+    exists. Anything else takes the full repair.
+    """
+    expected: list[str | None] = []
+    position = 0
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            if position >= len(expected) or message.tool_call_id != expected[position]:
+                return False
+            position += 1
+            continue
+        if position != len(expected):
+            return False  # an unanswered call
+        if isinstance(message, AIMessage):
+            calls, clean = _verdict(message)
+            if calls and not clean:
+                return False
+            expected = [call.id for call in calls]
+            if None in expected:
+                return False
+        else:
+            expected = []
+        position = 0
+    return position == len(expected)
+
+
 def repair_tool_call_protocol(messages: list[AnyMessage]) -> tuple[list[AnyMessage], bool]:
     """The repaired message list, and whether anything changed."""
+    if _already_sound(messages):
+        return messages, False
+    return _repair(messages)
+
+
+def _repair(messages: list[AnyMessage]) -> tuple[list[AnyMessage], bool]:
     results: dict[str, deque[ToolMessage]] = {}
     for message in messages:
         if isinstance(message, ToolMessage) and isinstance(message.tool_call_id, str):
@@ -166,11 +210,7 @@ def repair_tool_call_protocol(messages: list[AnyMessage]) -> tuple[list[AnyMessa
         if not isinstance(message, AIMessage):
             rebuilt.append(message)
             continue
-        verdict = _verdicts.get(message)
-        if IdentityCache.missing(verdict):
-            found = declared_tool_calls(message)
-            verdict = _verdicts.put(message, (found, bool(found) and _is_clean(message, found)))
-        calls, clean = verdict
+        calls, clean = _verdict(message)
         if not calls:
             rebuilt.append(message)
             continue

@@ -39,7 +39,7 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
@@ -211,7 +211,9 @@ class SkillToolPolicyMiddleware(AgentMiddleware[Any, Any]):
         calls: dict[str, str] = {}
         read_tools = self.read_tools
         for message in turn:
-            for call in getattr(message, "tool_calls", None) or ():
+            if not isinstance(message, AIMessage):
+                continue  # (a getattr on other messages costs a pydantic miss each)
+            for call in message.tool_calls:
                 if call.get("name") in read_tools:
                     args = call.get("args")
                     path = args.get("path") if isinstance(args, dict) else None

@@ -174,7 +174,7 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
             content = message.content
             shape = (
                 len(content) if isinstance(content, str) else -len(content),
-                len(getattr(message, "tool_calls", None) or ()),
+                len(message.tool_calls) if isinstance(message, AIMessage) else 0,
             )
             key = message.id
             hit = cache.get(key) if key else None

@@ -25,12 +25,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents.middleware import TodoListMiddleware as LangChainTodoList
 from langchain.agents.middleware import hook_config
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from middlewares._run_scope import current_run_key
@@ -87,6 +87,7 @@ class TodoListMiddleware(LangChainTodoList):  # type: ignore[type-arg]
         self._queued: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
         self._jumps: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._lock = threading.Lock()
+        self._system: tuple[SystemMessage | None, SystemMessage] | None = None
 
     def release_policy_parameters(self) -> dict[str, Any]:
         return {
@@ -169,6 +170,25 @@ class TodoListMiddleware(LangChainTodoList):  # type: ignore[type-arg]
             return request, None
         return request.override(messages=[*request.messages, _reminder("window", items)]), None
 
+    def _with_system_prompt(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """The request with the todo system prompt appended, as LangChain's class does it.
+
+        Built once per distinct system message (it is the same object on every
+        step of a run), not on every model call: ``content_blocks`` re-parses it.
+        """
+        base = request.system_message
+        cached = self._system
+        if cached is None or cached[0] is not base:
+            blocks: list[str | dict[str, str]] = [
+                *(cast("list[dict[str, str]]", base.content_blocks) if base is not None else []),
+                {
+                    "type": "text",
+                    "text": f"\n\n{self.system_prompt}" if base is not None else self.system_prompt,
+                },
+            ]
+            cached = self._system = (base, SystemMessage(content=blocks))
+        return request.override(system_message=cached[1])
+
     def _requeue(self, queued: list[str] | None) -> None:
         if queued:
             with self._lock:
@@ -181,7 +201,7 @@ class TodoListMiddleware(LangChainTodoList):  # type: ignore[type-arg]
     ) -> ModelResponse[Any] | AIMessage:
         request, queued = self._take(request)
         try:
-            return super().wrap_model_call(request, handler)
+            return handler(self._with_system_prompt(request))
         except Exception:
             self._requeue(queued)
             raise
@@ -193,7 +213,7 @@ class TodoListMiddleware(LangChainTodoList):  # type: ignore[type-arg]
     ) -> ModelResponse[Any] | AIMessage:
         request, queued = self._take(request)
         try:
-            return await super().awrap_model_call(request, handler)
+            return await handler(self._with_system_prompt(request))
         except Exception:
             self._requeue(queued)
             raise

@@ -148,6 +148,14 @@ def _read_receipt(message: ToolMessage) -> dict[str, Any] | None:
     return dict(raw)
 
 
+def _line_tail(receipt: Mapping[str, Any]) -> str:
+    return (
+        f"{receipt['tool']} {receipt['status']} out={receipt['output_bytes']}B "
+        f"sha256:{receipt['output_sha256'][:12]} args:{receipt['args_sha256'][:12]} "
+        f"{receipt['timestamp']}"
+    )
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One receipt with its display id (``r<number>``)."""
@@ -160,11 +168,7 @@ class LedgerEntry:
         return f"r{self.number}"
 
     def line(self) -> str:
-        r = self.receipt
-        return (
-            f"{self.display_id} {r['tool']} {r['status']} out={r['output_bytes']}B "
-            f"sha256:{r['output_sha256'][:12]} args:{r['args_sha256'][:12]} {r['timestamp']}"
-        )
+        return f"{self.display_id} {_line_tail(self.receipt)}"
 
 
 @dataclass(frozen=True)
@@ -176,37 +180,57 @@ class RenderedLedger:
     omitted: int
 
 
+# Per ToolMessage object: its validated receipt and ledger line (without the id),
+# or None. The ledger is rebuilt before every model call from the whole history.
+_ledger_lines: IdentityCache[tuple[dict[str, Any], str] | None] = IdentityCache()
+
+
+def _ledger_item(message: ToolMessage) -> tuple[dict[str, Any], str] | None:
+    item = _ledger_lines.get(message)
+    if IdentityCache.missing(item):
+        receipt = _read_receipt(message)
+        item = _ledger_lines.put(
+            message, None if receipt is None else (receipt, _line_tail(receipt))
+        )
+    return item  # type: ignore[no-any-return]
+
+
+_LEDGER_HEADER = (
+    "<tool_receipts>\nServer-recorded receipts of this conversation's tool results (cite by id):"
+)
+_LEDGER_FOOTER = "</tool_receipts>"
+
+
 def render_receipt_ledger(
     messages: Sequence[AnyMessage], *, max_chars: int
 ) -> RenderedLedger | None:
     """The hidden ledger for ``messages``, newest receipts first to survive the budget."""
-    entries = [
-        LedgerEntry(number, receipt)
-        for number, receipt in enumerate(
-            (r for r in (read_receipt(m) for m in messages) if r is not None), start=1
-        )
+    items = [
+        item
+        for m in messages
+        if isinstance(m, ToolMessage) and (item := _ledger_item(m)) is not None
     ]
-    if not entries:
+    if not items:
         return None
-    header = "<tool_receipts>\nServer-recorded receipts of this conversation's tool results (cite by id):"
-    footer = "</tool_receipts>"
-    kept: list[LedgerEntry] = []
-    used = len(header) + len(footer) + 2
-    for entry in reversed(entries):
-        cost = len(entry.line()) + 1
-        marker_cost = 60 if len(kept) + 1 < len(entries) else 0
-        if kept and used + cost + marker_cost > max_chars:
+    used = len(_LEDGER_HEADER) + len(_LEDGER_FOOTER) + 2
+    first = len(items)  # index of the oldest kept receipt
+    while first > 0:
+        number = first  # display number of items[first - 1]
+        cost = len(str(number)) + 2 + len(items[first - 1][1]) + 1
+        marker_cost = 60 if len(items) - first + 1 < len(items) else 0
+        if first < len(items) and used + cost + marker_cost > max_chars:
             break
-        kept.append(entry)
         used += cost
-    kept.reverse()
-    omitted = len(entries) - len(kept)
-    lines = [header]
-    if omitted:
-        lines.append(f"[{omitted} older receipts omitted]")
-    lines.extend(entry.line() for entry in kept)
-    lines.append(footer)
-    return RenderedLedger("\n".join(lines), tuple(kept), omitted)
+        first -= 1
+    kept = tuple(
+        LedgerEntry(index + 1, dict(items[index][0])) for index in range(first, len(items))
+    )
+    lines = [_LEDGER_HEADER]
+    if first:
+        lines.append(f"[{first} older receipts omitted]")
+    lines.extend(f"r{index + 1} {items[index][1]}" for index in range(first, len(items)))
+    lines.append(_LEDGER_FOOTER)
+    return RenderedLedger("\n".join(lines), kept, first)
 
 
 class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):

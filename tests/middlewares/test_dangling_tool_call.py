@@ -10,12 +10,14 @@ the model saw must pass ``check_strict_request``.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
+from middlewares import dangling_tool_call
 from middlewares.dangling_tool_call import (
     DANGLING_PLACEHOLDER_KEY,
     DanglingToolCallMiddleware,
@@ -191,3 +193,45 @@ def test_clean_history_is_left_alone() -> None:
     repaired, changed = repair_tool_call_protocol(list(messages))
     assert not changed
     assert all(a is b for a, b in zip(repaired, messages, strict=True))
+
+
+def _random_history(rng: random.Random) -> list[Any]:
+    """A history mixing sound turns with the defects the repair handles."""
+    messages: list[Any] = [HumanMessage("go")]
+    for turn in range(rng.randint(1, 6)):
+        ids = [f"c{turn}_{i}" for i in range(rng.randint(0, 3))]
+        calls = [{"name": rng.choice(["ls", "bad name!"]), "args": {}, "id": i} for i in ids]
+        messages.append(AIMessage("", tool_calls=calls) if calls else AIMessage("text"))
+        answered = [i for i in ids if rng.random() > 0.15]
+        if rng.random() < 0.15:
+            answered.reverse()
+        if rng.random() < 0.1 and answered:
+            answered.append(answered[0])  # a duplicate result
+        messages.extend(ToolMessage("ok", tool_call_id=i, name="ls") for i in answered)
+        if rng.random() < 0.1:
+            messages.append(ToolMessage("orphan", tool_call_id="nobody", name="ls"))
+        if rng.random() < 0.3:
+            messages.append(HumanMessage("more"))
+    return messages
+
+
+def _shape(messages: list[Any]) -> list[tuple[Any, ...]]:
+    return [
+        (type(m).__name__, m.content, getattr(m, "tool_call_id", None), str(m.additional_kwargs))
+        for m in messages
+    ]
+
+
+def test_the_fast_soundness_check_never_skips_a_needed_repair() -> None:
+    """The one-pass check is an optimisation: results are identical to the full repair."""
+    rng = random.Random(20261130)
+    sound = 0
+    for _ in range(2000):
+        history = _random_history(rng)
+        fast, fast_changed = repair_tool_call_protocol(history)
+        full, full_changed = dangling_tool_call._repair(history)
+        assert (fast_changed, _shape(fast)) == (full_changed, _shape(full))
+        if not fast_changed:
+            sound += 1
+            assert fast is history
+    assert 100 < sound < 1900  # both paths were exercised

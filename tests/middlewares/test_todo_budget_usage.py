@@ -221,3 +221,31 @@ def test_a_failing_summary_model_skips_compaction_instead_of_failing_the_run() -
     messages.append(HumanMessage("latest request", id="u"))
     messages.append(AIMessage("answer", id="a2"))
     assert middleware.after_model({"messages": messages}, None) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("system", [SystemMessage("You are the lead."), None])
+def test_the_todo_system_prompt_matches_langchains_and_is_built_once(
+    system: SystemMessage | None,
+) -> None:
+    """Ours caches what LangChain's class builds per call; an upgrade changing it fails here."""
+    from langchain.agents.middleware import TodoListMiddleware as LangChainTodoList
+
+    def capture(into: list[Any]) -> Any:
+        def handler(r: ModelRequest[Any]) -> ModelResponse[Any]:
+            into.append(r.system_message)
+            return ModelResponse(result=[AIMessage("fine")])
+
+        return handler
+
+    request = _request([HumanMessage("go")], {}).override(system_message=system)
+    theirs: list[Any] = []
+    ours: list[Any] = []
+    LangChainTodoList().wrap_model_call(request, capture(theirs))
+    todo = TodoListMiddleware()
+    todo.wrap_model_call(request, capture(ours))
+    todo.wrap_model_call(request, capture(ours))
+    assert ours[0].content == theirs[0].content
+    assert ours[1] is ours[0]  # the same system message: built once
+    other = request.override(system_message=SystemMessage("Another prompt."))
+    todo.wrap_model_call(other, capture(ours))
+    assert "Another prompt." in str(ours[2].content) and ours[2] is not ours[0]

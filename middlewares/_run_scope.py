@@ -8,6 +8,7 @@ never inherits another's counts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.config import get_config, get_stream_writer
@@ -15,9 +16,9 @@ from langgraph.config import get_config, get_stream_writer
 __all__ = ["current_run_key", "emit_event", "is_subagent_run"]
 
 
-def _config() -> dict[str, Any]:
+def _config() -> Mapping[str, Any]:
     try:
-        return dict(get_config())
+        return get_config()  # read only: no copy (this runs several times a step)
     except RuntimeError:
         return {}
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
+from middlewares._prefix_fold import prefix_latest
 from middlewares._text import content_text
 from middlewares.input_sanitization import ORIGINAL_USER_CONTENT_KEY, is_genuine_user_message
 from runtime.skills import Skill, SkillRegistry
@@ -65,12 +66,13 @@ class Activation:
         return [s.path for s in self.skills]
 
 
+_latest_user = prefix_latest(is_genuine_user_message)
+
+
 def latest_user_message(messages: Sequence[Any]) -> tuple[int, HumanMessage] | None:
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if is_genuine_user_message(message):
-            return index, message
-    return None
+    """The newest message the caller wrote, with its index (resumed per history)."""
+    _, index = _latest_user(messages)
+    return (index, messages[index]) if index >= 0 else None
 
 
 def user_text(message: HumanMessage) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from middlewares._prefix_fold import prefix_count
 from subagents.contract import KEY_TOKEN_USAGE, TERMINAL_STATUSES, read_task_result_metadata
 
 __all__ = [
@@ -63,16 +64,22 @@ def add_usage(total: Mapping[str, Any] | None, more: Mapping[str, Any]) -> dict[
     return result
 
 
+def _is_unattributed(message: Any) -> bool:
+    if not isinstance(message, ToolMessage):
+        return False
+    kwargs = message.additional_kwargs or {}
+    return KEY_TOKEN_USAGE in kwargs and kwargs.get(ATTRIBUTED_KEY) is not True
+
+
+# Unattributed child results in a history, resumed per history (checked every step).
+_unattributed = prefix_count(_is_unattributed)
+
+
 def attribute_subagent_usage(
     messages: Sequence[BaseMessage],
 ) -> tuple[list[BaseMessage], dict[str, int]]:
     """(replacement messages, usage attributed now) for unattributed terminal task results."""
-    if not any(
-        isinstance(m, ToolMessage)
-        and KEY_TOKEN_USAGE in (m.additional_kwargs or {})
-        and (m.additional_kwargs or {}).get(ATTRIBUTED_KEY) is not True
-        for m in messages
-    ):
+    if not _unattributed(messages):
         return [], {}
     owners: dict[str, int] = {}
     for index, message in enumerate(messages):

@@ -36,6 +36,7 @@ from langchain.agents.middleware.types import ModelCallResult, ModelRequest, Mod
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
 from middlewares._identity_cache import IdentityCache
+from middlewares._prefix_fold import PrefixFold
 from middlewares.model_response import TOOL_CALL_BLOCK_TYPES, block_type_is
 from middlewares.tool_call_args import DeclaredToolCall, declared_tool_calls
 
@@ -159,34 +160,44 @@ def _verdict(message: AIMessage) -> tuple[list[DeclaredToolCall], bool]:
     return verdict  # type: ignore[no-any-return]
 
 
+# Fold state: (ids the next tool results must answer, in order; how many did; sound so far).
+_SoundState = tuple[tuple[str | None, ...], int, bool]
+_EMPTY: _SoundState = ((), 0, True)
+_UNSOUND: _SoundState = ((), 0, False)
+
+
+def _sound_step(state: _SoundState, message: Any) -> _SoundState:
+    expected, position, sound = state
+    if not sound:
+        return state
+    if isinstance(message, ToolMessage):
+        if position >= len(expected) or message.tool_call_id != expected[position]:
+            return _UNSOUND  # an orphan, a duplicate or an out-of-order result
+        return (expected, position + 1, True)
+    if position != len(expected):
+        return _UNSOUND  # an unanswered call
+    if not isinstance(message, AIMessage):
+        return _EMPTY
+    calls, clean = _verdict(message)
+    ids = tuple(call.id for call in calls)
+    if (calls and not clean) or None in ids:
+        return _UNSOUND
+    return (ids, 0, True)
+
+
+_soundness: PrefixFold[_SoundState] = PrefixFold(_EMPTY, _sound_step)
+
+
 def _already_sound(messages: Sequence[AnyMessage]) -> bool:
-    """True when repairing would change nothing (the common case, checked in one cheap pass).
+    """True when repairing would change nothing (the common case), without the full repair.
 
     Sound means: every AI message's calls are clean and answered by the tool
     results that immediately follow it, in call order, and no other tool result
-    exists. Anything else takes the full repair.
+    exists. Anything else takes the full repair. The check is a fold resumed
+    from the previous history (``PrefixFold``): a step costs the new messages.
     """
-    expected: list[str | None] = []
-    position = 0
-    for message in messages:
-        if isinstance(message, ToolMessage):
-            if position >= len(expected) or message.tool_call_id != expected[position]:
-                return False
-            position += 1
-            continue
-        if position != len(expected):
-            return False  # an unanswered call
-        if isinstance(message, AIMessage):
-            calls, clean = _verdict(message)
-            if calls and not clean:
-                return False
-            expected = [call.id for call in calls]
-            if None in expected:
-                return False
-        else:
-            expected = []
-        position = 0
-    return position == len(expected)
+    expected, position, sound = _soundness(messages)
+    return sound and position == len(expected)
 
 
 def repair_tool_call_protocol(messages: list[AnyMessage]) -> tuple[list[AnyMessage], bool]:

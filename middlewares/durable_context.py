@@ -56,6 +56,7 @@ from deerflow_extension_api.provenance import (
     provenance_kwargs,
     read_provenance,
 )
+from middlewares._prefix_fold import prefix_latest
 from runtime.state import ThreadState
 from runtime.untrusted_content import neutralize_untrusted_tags
 from subagents.contract import TASK_TOOL_NAME, TERMINAL_STATUSES, read_task_result_metadata
@@ -115,6 +116,10 @@ def is_user_turn(message: Any) -> bool:
         return False
     kwargs = message.additional_kwargs or {}
     return not kwargs.get("hide_from_ui") and "dynamic_context_reminder" not in kwargs
+
+
+# The newest summary of a history, resumed per history (the block is built every call).
+_latest_summary = prefix_latest(is_summary_message)
 
 
 def _run_id() -> str | None:
@@ -302,13 +307,16 @@ class DurableContextMiddleware(AgentMiddleware[ThreadState, Any]):
 
     def _block(self, request: ModelRequest[Any]) -> str | None:
         messages = request.messages
-        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         state = request.state if isinstance(request.state, Mapping) else {}
         parts: list[str] = []
-        summaries = [_text(m) for m in messages if is_summary_message(m)]
-        if summaries:
-            parts.append(f"<summary>\n{_escape(summaries[-1])}\n</summary>")
-        gone = [e for e in read_delegations(state) if e["tool_call_id"] not in answered]
+        _, latest_summary = _latest_summary(messages)
+        if latest_summary >= 0:
+            parts.append(f"<summary>\n{_escape(_text(messages[latest_summary]))}\n</summary>")
+        delegations = read_delegations(state)
+        answered = (
+            {m.tool_call_id for m in messages if isinstance(m, ToolMessage)} if delegations else ()
+        )
+        gone = [e for e in delegations if e["tool_call_id"] not in answered]
         lines = []
         for entry in gone[-self.max_delegations :] if self.max_delegations else ():
             result = entry.get("summary") or entry.get("error") or ""

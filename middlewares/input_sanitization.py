@@ -34,6 +34,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
 from langchain_core.messages import AnyMessage, HumanMessage
 
+from middlewares._prefix_fold import prefix_count
 from middlewares._text import content_text
 from runtime.untrusted_content import neutralize_untrusted_tags_counted
 
@@ -159,12 +160,21 @@ def sanitize_user_message(message: HumanMessage) -> HumanMessage:
     return message.model_copy(update={"content": new_content, "additional_kwargs": kwargs})
 
 
+def _needs_sanitization(message: Any) -> bool:
+    return is_genuine_user_message(message) and sanitize_user_message(message) is not message
+
+
+_needing_sanitization = prefix_count(_needs_sanitization)
+
+
 class InputSanitizationMiddleware(AgentMiddleware[Any, Any]):
     """Neutralise caller-typed framework markers in the model-bound request."""
 
     deerflow_fusable = True  # hooks never interrupt or goto: may share a node
 
     def _sanitize(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        if not _needing_sanitization(request.messages):
+            return request  # the common case, decided per new message only
         messages: list[AnyMessage] = []
         changed = False
         for message in request.messages:

@@ -52,6 +52,7 @@ from middlewares._content_probe import (
     normalize_virtual_path,
 )
 from middlewares._path_gate import _await_off_thread, gate_for
+from middlewares._prefix_fold import prefix_count
 from middlewares._tool_meta import blocked_tool_message
 from middlewares.tool_call_args import pair_tool_call_results, rewrite_tool_call_args
 from runtime.config import ReadBeforeWriteConfig, Settings
@@ -399,6 +400,12 @@ def _elided_args(args: dict[str, Any], tool: str, min_chars: int) -> dict[str, A
     return elided
 
 
+# Blocked-write results in a history, resumed per history (checked every model call).
+_blocked_writes = prefix_count(
+    lambda m: isinstance(m, ToolMessage) and WRITE_BLOCK_KEY in (m.additional_kwargs or {})
+)
+
+
 def elide_blocked_write_payloads(
     messages: Sequence[AnyMessage], *, min_chars: int
 ) -> list[AnyMessage] | None:
@@ -410,10 +417,7 @@ def elide_blocked_write_payloads(
     through ``tool_call_args`` (every field adapters resend) and never mutates
     its input.
     """
-    if not any(
-        isinstance(m, ToolMessage) and WRITE_BLOCK_KEY in (m.additional_kwargs or {})
-        for m in messages
-    ):
+    if not _blocked_writes(messages):
         return None  # nothing was blocked: skip pairing the whole history
     replacements: dict[int, dict[str, dict[str, Any]]] = {}
     for pair in pair_tool_call_results(messages):

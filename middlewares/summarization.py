@@ -65,6 +65,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
 from deerflow_extension_api.provenance import ContentKind, SystemOperationKind, provenance_kwargs
+from middlewares._prefix_fold import PrefixFold
 from middlewares._run_scope import current_run_key
 from middlewares.durable_context import (
     SUMMARY_NAME,
@@ -163,29 +164,30 @@ class SummarizationMiddleware(LangChainSummarization):  # type: ignore[type-arg]
         self.redact_pii = redact_pii
         self._measured: int | None = None
         self._token_cache: dict[str, tuple[tuple[int, int], int]] = {}
+        self._sizes: PrefixFold[int] = PrefixFold(0, self._add_tokens)
 
     def _count_cached(self, messages: Sequence[BaseMessage]) -> int:
-        """The state's size, counting each message once (the check runs on every step)."""
+        """The state's size; the check runs twice a step, so it resumes from the last one."""
+        return self._sizes(messages)
+
+    def _add_tokens(self, total: int, message: BaseMessage) -> int:
+        """One message's tokens added to ``total``, counted once per id and shape."""
         cache = self._token_cache
         if len(cache) > 20_000:
             cache.clear()
-        total = 0
-        for message in messages:
-            content = message.content
-            shape = (
-                len(content) if isinstance(content, str) else -len(content),
-                len(message.tool_calls) if isinstance(message, AIMessage) else 0,
-            )
-            key = message.id
-            hit = cache.get(key) if key else None
-            if hit is not None and hit[0] == shape:
-                total += hit[1]
-                continue
-            tokens = _count([message])
-            if key:
-                cache[key] = (shape, tokens)
-            total += tokens
-        return total
+        content = message.content
+        shape = (
+            len(content) if isinstance(content, str) else -len(content),
+            len(message.tool_calls) if isinstance(message, AIMessage) else 0,
+        )
+        key = message.id
+        hit = cache.get(key) if key else None
+        if hit is not None and hit[0] == shape:
+            return total + hit[1]
+        tokens = _count([message])
+        if key:
+            cache[key] = (shape, tokens)
+        return total + tokens
 
     def release_policy_parameters(self) -> dict[str, Any]:
         return {

@@ -41,6 +41,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from auth.identity import resolve_runtime_user_id
+from middlewares._prefix_fold import prefix_count
 from middlewares._tool_results import map_tool_messages, tool_message_text
 from middlewares.tool_call_args import pair_tool_call_results, rewrite_tool_call_args
 from middlewares.tool_output_synopsis import describe_output, head_tail, render_synopsis
@@ -232,16 +233,15 @@ def _replace_text(message: ToolMessage, text: str) -> ToolMessage:
     return message.model_copy(update={"content": blocks})
 
 
-def _has_large_write(messages: Sequence[AnyMessage], min_chars: int) -> bool:
-    """Whether any write call carries content long enough to be elided (a cheap scan)."""
-    for message in messages:
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                args = call.get("args")
-                if call.get("name") in _WRITE_TOOLS and isinstance(args, dict):
-                    content = args.get("content")
-                    if isinstance(content, str) and len(content) >= max(min_chars, 1):
-                        return True
+def _is_large_write(message: Any, min_chars: int) -> bool:
+    """Whether a write call of ``message`` carries content long enough to be elided."""
+    if isinstance(message, AIMessage):
+        for call in message.tool_calls:
+            args = call.get("args")
+            if call.get("name") in _WRITE_TOOLS and isinstance(args, dict):
+                content = args.get("content")
+                if isinstance(content, str) and len(content) >= max(min_chars, 1):
+                    return True
     return False
 
 
@@ -271,6 +271,12 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
         # are not this host's (spec 2: readable where read_file runs).
         self._settings = settings
         self._provider = provider
+        # The model-side checks run before every model call over the whole history:
+        # resumed per history, they cost only the messages added since the last call.
+        self._over_budget_count = prefix_count(self._over_budget)
+        self._large_writes = prefix_count(
+            lambda m: _is_large_write(m, self.config.superseded_write_min_chars)
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolOutputBudgetMiddleware:
@@ -509,7 +515,7 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
         """Superseded writes to elide: ai index -> call id -> new args."""
         if not self.config.elide_superseded_writes:
             return {}
-        if not _has_large_write(messages, self.config.superseded_write_min_chars):
+        if not self._large_writes(messages):
             return {}  # the common case, without pairing the whole history
         pairs = [
             p
@@ -550,7 +556,7 @@ class ToolOutputBudgetMiddleware(AgentMiddleware[Any, Any]):
         return plan
 
     def _needs_model_budget(self, request: ModelRequest[Any]) -> bool:
-        return any(self._over_budget(m) for m in request.messages) or bool(
+        return self._over_budget_count(request.messages) > 0 or bool(
             self._elisions(request.messages)
         )
 

@@ -45,6 +45,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from middlewares._identity_cache import IdentityCache
+from middlewares._prefix_fold import PrefixFold
 from middlewares._tool_results import apply_sized, map_tool_messages, tool_message_text
 from middlewares.model_response import last_ai_message, replace_last_ai_message
 from middlewares.tool_result_meta import read_tool_meta
@@ -201,36 +202,52 @@ _LEDGER_HEADER = (
 _LEDGER_FOOTER = "</tool_receipts>"
 
 
+# Fold state: the receipts seen so far as a linked list from the newest,
+# (count, (receipt, line tail), older) or None; rendering walks back from the newest.
+_Receipts = tuple[int, tuple[dict[str, Any], str], Any] | None
+
+
+def _receipt_step(state: _Receipts, message: Any) -> _Receipts:
+    if not isinstance(message, ToolMessage):
+        return state
+    item = _ledger_item(message)
+    if item is None:
+        return state
+    return (state[0] + 1 if state is not None else 1, item, state)
+
+
+_receipts_seen: PrefixFold[_Receipts] = PrefixFold(None, _receipt_step)
+
+
 def render_receipt_ledger(
     messages: Sequence[AnyMessage], *, max_chars: int
 ) -> RenderedLedger | None:
     """The hidden ledger for ``messages``, newest receipts first to survive the budget."""
-    items = [
-        item
-        for m in messages
-        if isinstance(m, ToolMessage) and (item := _ledger_item(m)) is not None
-    ]
-    if not items:
+    newest = _receipts_seen(messages)
+    if newest is None:
         return None
+    total = newest[0]
     used = len(_LEDGER_HEADER) + len(_LEDGER_FOOTER) + 2
-    first = len(items)  # index of the oldest kept receipt
-    while first > 0:
-        number = first  # display number of items[first - 1]
-        cost = len(str(number)) + 2 + len(items[first - 1][1]) + 1
-        marker_cost = 60 if len(items) - first + 1 < len(items) else 0
-        if first < len(items) and used + cost + marker_cost > max_chars:
+    kept: list[tuple[int, tuple[dict[str, Any], str]]] = []
+    node: _Receipts = newest
+    while node is not None:
+        number, item, older = node
+        cost = len(str(number)) + 2 + len(item[1]) + 1
+        marker_cost = 60 if len(kept) + 1 < total else 0
+        if kept and used + cost + marker_cost > max_chars:
             break
+        kept.append((number, item))
         used += cost
-        first -= 1
-    kept = tuple(
-        LedgerEntry(index + 1, dict(items[index][0])) for index in range(first, len(items))
-    )
+        node = older
+    kept.reverse()
+    omitted = total - len(kept)
     lines = [_LEDGER_HEADER]
-    if first:
-        lines.append(f"[{first} older receipts omitted]")
-    lines.extend(f"r{index + 1} {items[index][1]}" for index in range(first, len(items)))
+    if omitted:
+        lines.append(f"[{omitted} older receipts omitted]")
+    lines.extend(f"r{number} {item[1]}" for number, item in kept)
     lines.append(_LEDGER_FOOTER)
-    return RenderedLedger("\n".join(lines), kept, first)
+    entries = tuple(LedgerEntry(number, dict(item[0])) for number, item in kept)
+    return RenderedLedger("\n".join(lines), entries, omitted)
 
 
 class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):

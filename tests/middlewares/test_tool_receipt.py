@@ -140,3 +140,20 @@ def test_ledger_budget_keeps_newest_with_original_ids() -> None:
 async def test_receipts_can_be_switched_off(tmp_path: Path) -> None:
     chain = chain_for(settings_for(tmp_path, verification={"receipts_enabled": False}))
     assert not any(isinstance(m, ToolReceiptMiddleware) for m in chain)
+
+
+def test_the_ledger_of_a_growing_history_equals_one_rendered_from_scratch() -> None:
+    """Rendering resumes from the previous history; copies (new objects) render from scratch."""
+    messages: list[Any] = [HumanMessage("go")]
+    for index in range(1, 31):
+        messages.append(AIMessage("", tool_calls=[{"name": "bash", "args": {}, "id": f"c{index}"}]))
+        messages.append(_receipted(index))
+        resumed = render_receipt_ledger(messages, max_chars=1_000)
+        fresh = render_receipt_ledger([m.model_copy() for m in messages], max_chars=1_000)
+        assert resumed is not None and fresh is not None
+        assert (resumed.text, resumed.entries, resumed.omitted) == (
+            fresh.text,
+            fresh.entries,
+            fresh.omitted,
+        )
+    assert resumed.omitted > 0

@@ -1,0 +1,85 @@
+"""A left fold over a message history, resumed where the last history it saw diverges.
+
+Why: several middlewares derive a fact from the whole history before every
+model call (is the tool-call protocol sound, which receipts exist, how many
+tokens). Between two calls of a run the history is the previous one plus a few
+messages, as the same objects, so recomputing from the first message makes a
+run quadratic in its length. ``PrefixFold`` keeps, per history, the fold's
+state after every message; the next history is compared with it by identity
+(``is``, a few nanoseconds a message) and the fold resumes after the longest
+shared prefix. A history edited in the middle (summarization, a repaired
+message) simply resumes earlier; correctness never depends on a hit.
+
+States must be immutable: a state is shared by every history that has the
+same prefix. Messages are treated as immutable everywhere in the chain (the
+identity caches rely on it too).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+__all__ = ["PrefixFold", "prefix_count", "prefix_latest"]
+
+S = TypeVar("S")
+
+
+class PrefixFold(Generic[S]):
+    def __init__(self, initial: S, step: Callable[[S, Any], S], *, slots: int = 64) -> None:
+        self._initial = initial
+        self._step = step
+        self._slots = slots
+        # id(first message) -> (the history as a tuple, states[i] = state after i messages)
+        self._entries: OrderedDict[int, tuple[tuple[Any, ...], list[S]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, messages: Sequence[Any]) -> S:
+        if not messages:
+            return self._initial
+        key = id(messages[0])
+        entry = self._entries.get(key)
+        shared = 0
+        states: list[S]
+        if entry is not None and entry[0][0] is messages[0]:
+            seen, known = entry
+            limit = min(len(seen), len(messages))
+            while shared < limit and seen[shared] is messages[shared]:
+                shared += 1
+            states = known[: shared + 1]
+        else:
+            states = [self._initial]
+        state = states[-1]
+        step = self._step
+        for index in range(shared, len(messages)):
+            state = step(state, messages[index])
+            states.append(state)
+        with self._lock:
+            self._entries[key] = (tuple(messages), states)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._slots:
+                self._entries.popitem(last=False)
+        return state
+
+
+def prefix_count(predicate: Callable[[Any], bool], *, slots: int = 64) -> PrefixFold[int]:
+    """How many messages of a history satisfy ``predicate`` (for "is there any ..." checks)."""
+
+    def step(count: int, message: Any) -> int:
+        return count + 1 if predicate(message) else count
+
+    return PrefixFold(0, step, slots=slots)
+
+
+def prefix_latest(
+    predicate: Callable[[Any], bool], *, slots: int = 64
+) -> PrefixFold[tuple[int, int]]:
+    """``(messages folded, index of the newest one satisfying predicate or -1)``."""
+
+    def step(state: tuple[int, int], message: Any) -> tuple[int, int]:
+        position, latest = state
+        return position + 1, position if predicate(message) else latest
+
+    return PrefixFold((0, -1), step, slots=slots)

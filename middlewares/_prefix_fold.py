@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from operator import is_
 from typing import Any, Generic, TypeVar
 
 __all__ = ["PrefixFold", "prefix_count", "prefix_latest"]
@@ -45,10 +46,12 @@ class PrefixFold(Generic[S]):
         states: list[S]
         if entry is not None and entry[0][0] is messages[0]:
             seen, known = entry
-            limit = min(len(seen), len(messages))
-            while shared < limit and seen[shared] is messages[shared]:
-                shared += 1
-            states = known[: shared + 1]
+            same = list(map(is_, seen, messages))  # compared at C speed
+            try:
+                shared = same.index(False)
+            except ValueError:
+                shared = len(same)
+            states = known[: shared + 1]  # a copy: another thread may use the same entry
         else:
             states = [self._initial]
         state = states[-1]

@@ -60,6 +60,7 @@ from runtime.receipts import (
     ledger_snapshot,
     parse_citations,
     read_ledger_snapshot,
+    receipt_ref,
     verify_citations,
 )
 
@@ -77,6 +78,7 @@ __all__ = [
     "parse_citations",
     "read_ledger_snapshot",
     "read_receipt",
+    "receipt_ref",
     "render_receipt_ledger",
     "verify_citations",
 ]
@@ -179,19 +181,22 @@ class RenderedLedger:
     text: str
     entries: tuple[LedgerEntry, ...]
     omitted: int
+    refs: tuple[str, ...] = ()  # each entry's ``receipt_ref``, for the response's snapshot
 
 
-# Per ToolMessage object: its validated receipt and ledger line (without the id),
-# or None. The ledger is rebuilt before every model call from the whole history.
-_ledger_lines: IdentityCache[tuple[dict[str, Any], str] | None] = IdentityCache()
+# Per ToolMessage object: its validated receipt, ledger line (without the id) and
+# snapshot reference, or None. The ledger is rebuilt before every model call.
+_LedgerItem = tuple[dict[str, Any], str, str]
+_ledger_lines: IdentityCache[_LedgerItem | None] = IdentityCache()
 
 
-def _ledger_item(message: ToolMessage) -> tuple[dict[str, Any], str] | None:
+def _ledger_item(message: ToolMessage) -> _LedgerItem | None:
     item = _ledger_lines.get(message)
     if IdentityCache.missing(item):
         receipt = _read_receipt(message)
         item = _ledger_lines.put(
-            message, None if receipt is None else (receipt, _line_tail(receipt))
+            message,
+            None if receipt is None else (receipt, _line_tail(receipt), receipt_ref(receipt)),
         )
     return item  # type: ignore[no-any-return]
 
@@ -204,7 +209,7 @@ _LEDGER_FOOTER = "</tool_receipts>"
 
 # Fold state: the receipts seen so far as a linked list from the newest,
 # (count, (receipt, line tail), older) or None; rendering walks back from the newest.
-_Receipts = tuple[int, tuple[dict[str, Any], str], Any] | None
+_Receipts = tuple[int, _LedgerItem, Any] | None
 
 
 def _receipt_step(state: _Receipts, message: Any) -> _Receipts:
@@ -228,7 +233,7 @@ def render_receipt_ledger(
         return None
     total = newest[0]
     used = len(_LEDGER_HEADER) + len(_LEDGER_FOOTER) + 2
-    kept: list[tuple[int, tuple[dict[str, Any], str]]] = []
+    kept: list[tuple[int, _LedgerItem]] = []
     node: _Receipts = newest
     while node is not None:
         number, item, older = node
@@ -247,7 +252,8 @@ def render_receipt_ledger(
     lines.extend(f"r{number} {item[1]}" for number, item in kept)
     lines.append(_LEDGER_FOOTER)
     entries = tuple(LedgerEntry(number, dict(item[0])) for number, item in kept)
-    return RenderedLedger("\n".join(lines), entries, omitted)
+    refs = tuple(item[2] for _, item in kept)
+    return RenderedLedger("\n".join(lines), entries, omitted, refs)
 
 
 class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):
@@ -328,9 +334,9 @@ class ToolReceiptMiddleware(AgentMiddleware[Any, Any]):
         if message is None:
             return response
         kwargs = dict(message.additional_kwargs or {})
-        kwargs[RECEIPT_LEDGER_KEY] = ledger_snapshot(
-            [(entry.number, entry.receipt) for entry in ledger.entries], ledger.omitted
-        )
+        refs = ledger.refs or tuple(receipt_ref(entry.receipt) for entry in ledger.entries)
+        first = ledger.entries[0].number if ledger.entries else 1
+        kwargs[RECEIPT_LEDGER_KEY] = ledger_snapshot(first, refs, ledger.omitted)
         marked: AIMessage = message.model_copy(update={"additional_kwargs": kwargs})
         return replace_last_ai_message(response, marked)
 

@@ -27,6 +27,7 @@ __all__ = [
     "ledger_snapshot",
     "parse_citations",
     "read_ledger_snapshot",
+    "receipt_ref",
     "verify_citations",
 ]
 
@@ -73,29 +74,50 @@ def _kwargs_of(message: Any) -> Mapping[str, Any]:
 
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+_ID_RANGE = re.compile(rf"^r(\d{{1,{MAX_CITATION_DIGITS}}})(?:-r(\d{{1,{MAX_CITATION_DIGITS}}}))?$")
 
 
-def ledger_snapshot(
-    entries: Sequence[tuple[int, Mapping[str, Any]]], omitted: int
-) -> dict[str, Any]:
-    """The ``deerflow_receipt_ledger`` snapshot for ``(display number, receipt)`` pairs.
+def receipt_ref(receipt: Mapping[str, Any]) -> str:
+    """One receipt's reference in a snapshot: ``["<output sha256>", "<tool call id>", "<tool>"]``."""
+    return json.dumps(
+        [
+            str(receipt.get("output_sha256", "")),
+            str(receipt.get("tool_call_id", "")),
+            str(receipt.get("tool", "")),
+        ],
+        ensure_ascii=False,
+    )
 
-    Why references, not copies: every receipt already sits on its ToolMessage,
-    and the snapshot rides every response, so a copy of each receipt in each
-    response grows the checkpointed history quadratically (the largest per-step
-    cost of the whole chain when it did). A reference is the output hash and
-    the tool call id (``"<sha256> <tool_call_id>"``), which is exactly what
-    verification matches evidence on; the tool name rides beside it for reports.
+
+def ledger_snapshot(first: int, refs: Sequence[str], omitted: int) -> dict[str, Any]:
+    """The ``deerflow_receipt_ledger`` snapshot: ids ``r<first>``.. with one ``receipt_ref`` each.
+
+    Why this shape: every receipt already sits on its ToolMessage, and the
+    snapshot rides every response, so the history is checkpointed with one
+    snapshot per step. Copies of the receipts made that grow by a whole ledger
+    per step (the largest per-step cost of the chain when it did); a reference
+    (output hash and tool call id) is exactly what verification matches
+    evidence on, and packing the id range and the references into two strings
+    keeps a snapshot to a few values however many receipts it names.
     """
+    last = first + len(refs) - 1
     return {
-        "ids": [f"r{number}" for number, _ in entries],
-        "refs": [f"{r['output_sha256']} {r.get('tool_call_id', '')}" for _, r in entries],
-        "tools": [str(r.get("tool", "")) for _, r in entries],
+        "ids": f"r{first}" if last == first else f"r{first}-r{last}",
+        "refs": "[" + ",".join(refs) + "]",
         "omitted": omitted,
     }
 
 
 def _snapshot_numbers(ids: Any) -> list[int] | None:
+    if isinstance(ids, str):  # a range, "r24-r30" (or one id)
+        match = _ID_RANGE.match(ids)
+        if match is None:
+            return None
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) else first
+        if first < 1 or last < first or last - first > 100_000:
+            return None
+        return list(range(first, last + 1))
     if not isinstance(ids, list):
         return None
     numbers: list[int] = []
@@ -111,17 +133,21 @@ def _snapshot_numbers(ids: Any) -> list[int] | None:
     return numbers
 
 
-def _ref_receipts(refs: Any, tools: Any, count: int) -> list[dict[str, Any]] | None:
-    if not isinstance(refs, list) or not isinstance(tools, list):
+def _ref_receipts(refs: Any, count: int) -> list[dict[str, Any]] | None:
+    if not isinstance(refs, str):
         return None
-    if len(refs) != count or len(tools) != count:
+    try:
+        parsed = json.loads(refs)
+    except ValueError:
+        return None
+    if not isinstance(parsed, list) or len(parsed) != count:
         return None
     receipts: list[dict[str, Any]] = []
-    for ref, tool in zip(refs, tools, strict=True):
-        if not isinstance(ref, str) or not isinstance(tool, str) or len(ref) < 66:
+    for ref in parsed:
+        if not isinstance(ref, list) or len(ref) != 3 or not all(isinstance(v, str) for v in ref):
             return None
-        sha, space, call_id = ref[:64], ref[64], ref[65:]
-        if space != " " or not _SHA256_HEX.match(sha):
+        sha, call_id, tool = ref
+        if not _SHA256_HEX.match(sha) or not call_id:
             return None
         receipts.append({"tool": tool, "tool_call_id": call_id, "output_sha256": sha})
     return receipts
@@ -146,7 +172,7 @@ def read_ledger_snapshot(message: Any) -> LedgerSnapshot | None:
     if numbers is None:
         return None
     if "refs" in raw:
-        receipts = _ref_receipts(raw.get("refs"), raw.get("tools"), len(numbers))
+        receipts = _ref_receipts(raw.get("refs"), len(numbers))
         if receipts is None:
             return None
         return LedgerSnapshot(dict(zip(numbers, receipts, strict=True)), omitted)

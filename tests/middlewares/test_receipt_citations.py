@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from middlewares.tool_receipt import (
     make_receipt,
     parse_citations,
     read_ledger_snapshot,
+    receipt_ref,
     verify_citations,
 )
 from subagents.messages import terminal_citations
@@ -34,30 +36,30 @@ def _answer(
 ) -> AIMessage:
     """An answer with the snapshot the middleware writes (or, ``legacy``, receipt copies)."""
     receipts = [m.additional_kwargs[RECEIPT_KEY] for m in tools]
-    numbered = [(first + i, r) for i, r in enumerate(receipts)]
-    snapshot = ledger_snapshot(numbered, first - 1)
+    snapshot = ledger_snapshot(first, [receipt_ref(r) for r in receipts], first - 1)
     if legacy:
         snapshot = {
-            "ids": snapshot["ids"],
-            "receipts": [{"id": f"r{n}", **r} for n, r in numbered],
+            "ids": [f"r{first + i}" for i in range(len(receipts))],
+            "receipts": [{"id": f"r{first + i}", **r} for i, r in enumerate(receipts)],
             "omitted": first - 1,
         }
     return AIMessage(text, additional_kwargs={RECEIPT_LEDGER_KEY: snapshot})
 
 
-def test_the_snapshot_references_receipts_instead_of_copying_them() -> None:
-    tools = [_tool("c1", "alpha"), _tool("c 2", "beta")]  # a call id may hold a space
-    raw = _answer("x", tools).additional_kwargs[RECEIPT_LEDGER_KEY]
-    sha = tools[1].additional_kwargs[RECEIPT_KEY]["output_sha256"]
-    assert raw == {
-        "ids": ["r1", "r2"],
-        "refs": [f"{tools[0].additional_kwargs[RECEIPT_KEY]['output_sha256']} c1", f"{sha} c 2"],
-        "tools": ["echo", "echo"],
-        "omitted": 0,
+def test_the_snapshot_references_receipts_in_two_strings() -> None:
+    tools = [_tool("c1", "alpha"), _tool('c "2"', "beta")]  # a call id may hold anything
+    raw = _answer("x", tools, first=7).additional_kwargs[RECEIPT_LEDGER_KEY]
+    shas = [t.additional_kwargs[RECEIPT_KEY]["output_sha256"] for t in tools]
+    assert raw["ids"] == "r7-r8" and raw["omitted"] == 6
+    assert json.loads(raw["refs"]) == [[shas[0], "c1", "echo"], [shas[1], 'c "2"', "echo"]]
+    assert _answer("x", tools[:1]).additional_kwargs[RECEIPT_LEDGER_KEY]["ids"] == "r1"
+    snapshot = read_ledger_snapshot(_answer("x", tools, first=7))
+    assert snapshot is not None and sorted(snapshot.receipts) == [7, 8]
+    assert snapshot.receipts[8] == {
+        "tool": "echo",
+        "tool_call_id": 'c "2"',
+        "output_sha256": shas[1],
     }
-    snapshot = read_ledger_snapshot(_answer("x", tools))
-    assert snapshot is not None
-    assert snapshot.receipts[2] == {"tool": "echo", "tool_call_id": "c 2", "output_sha256": sha}
 
 
 def test_snapshot_accepts_a_consecutive_range_not_starting_at_r1() -> None:
@@ -78,12 +80,16 @@ def test_snapshot_accepts_a_consecutive_range_not_starting_at_r1() -> None:
         {"ids": [["r1"]], "receipts": [{}]},  # odd shape
         {"ids": ["r1"], "receipts": [{"tool": "x"}]},  # malformed receipt
         {"ids": ["r1"], "receipts": [{}], "omitted": -1},
-        {"ids": ["r1"], "refs": ["a" * 64 + " c1"]},  # tools missing
-        {"ids": ["r1"], "refs": ["a" * 64 + " c1", "b" * 64 + " c2"], "tools": ["x", "y"]},
-        {"ids": ["r1"], "refs": ["A" * 64 + " c1"], "tools": ["x"]},  # not a sha256
-        {"ids": ["r1"], "refs": ["a" * 64 + "-c1"], "tools": ["x"]},  # no separator
-        {"ids": ["r1"], "refs": ["a" * 64 + " "], "tools": ["x"]},  # empty call id
-        {"ids": ["r1"], "refs": [7], "tools": ["x"]},
+        {"ids": "r1", "refs": json.dumps([["a" * 64, "c1", "x"]] * 2)},  # count mismatch
+        {"ids": "r1-r2", "refs": json.dumps([["a" * 64, "c1", "x"]])},
+        {"ids": "r2-r1", "refs": "[]"},  # not increasing
+        {"ids": "r0", "refs": json.dumps([["a" * 64, "c1", "x"]])},  # not positive
+        {"ids": "r" + "9" * 40, "refs": "[]"},  # oversized id
+        {"ids": "r1", "refs": json.dumps([["A" * 64, "c1", "x"]])},  # not a sha256
+        {"ids": "r1", "refs": json.dumps([["a" * 64, "", "x"]])},  # empty call id
+        {"ids": "r1", "refs": json.dumps([["a" * 64, "c1"]])},  # short reference
+        {"ids": "r1", "refs": "[not json"},
+        {"ids": "r1", "refs": [["a" * 64, "c1", "x"]]},  # not the packed string
         "not a mapping",
     ],
 )

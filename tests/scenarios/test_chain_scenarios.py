@@ -84,7 +84,7 @@ async def test_receipts_are_stamped_and_the_ledger_stays_request_only(
     tool = next(m for m in messages if m["type"] == "tool")
     assert tool["additional_kwargs"]["deerflow_tool_receipt"]["tool"] == "echo"
     final = messages[-1]
-    assert final["additional_kwargs"]["deerflow_receipt_ledger"]["ids"] == ["r1"]
+    assert final["additional_kwargs"]["deerflow_receipt_ledger"]["ids"] == "r1"
     s.assert_strict()
     await s.assert_nothing_hidden_persisted()
 

@@ -51,7 +51,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from deerflow_extension_api._plugins import load_extensions
 from graphs.prompts import LEAD_SYSTEM_PROMPT
-from middlewares._fusion import compose_chain
+from middlewares._fusion import compose_chain, lazy_chain_spans
 from middlewares.chain import ChainInputs, build_middlewares
 from runtime.config import load_settings
 from runtime.scripted_model import ScriptedChatModel
@@ -151,15 +151,16 @@ Call echo once per step, then answer done.
 
 
 def _agent(model: ScriptedChatModel, middleware: list[AgentMiddleware[Any, Any]]) -> Any:
-    return create_agent(
-        model,
-        [echo],
-        system_prompt=LEAD_SYSTEM_PROMPT,
-        middleware=middleware,
-        state_schema=ThreadState,
-        checkpointer=InMemorySaver(),
-        name="lead_agent",
-    )
+    with lazy_chain_spans():  # as graphs/_build.py builds (only the fused chain is affected)
+        return create_agent(
+            model,
+            [echo],
+            system_prompt=LEAD_SYSTEM_PROMPT,
+            middleware=middleware,
+            state_schema=ThreadState,
+            checkpointer=InMemorySaver(),
+            name="lead_agent",
+        )
 
 
 async def _conversation(

@@ -15,7 +15,7 @@ from langgraph.graph.state import CompiledStateGraph
 from authz.principal import build_principal_from_context
 from authz.setup import authorize_model
 from graphs.prompts import skills_prompt_section
-from middlewares import compose_chain
+from middlewares import compose_chain, lazy_chain_spans
 from middlewares.chain import (
     ChainInputs,
     build_middlewares,
@@ -126,17 +126,18 @@ def build_agent(
             )
         )
     system_prompt = system_prompt + _skills_section(settings, options, kind=kind)
-    graph = create_agent(
-        model,
-        agent_tools,
-        system_prompt=system_prompt,
-        middleware=compose_chain(
-            middleware, state_schema=ThreadState, config=config, tools=agent_tools
-        ),
-        state_schema=ThreadState,
-        context_schema=context_schema_for(kind),
-        name=kind,
-    )
+    with lazy_chain_spans():
+        graph = create_agent(
+            model,
+            agent_tools,
+            system_prompt=system_prompt,
+            middleware=compose_chain(
+                middleware, state_schema=ThreadState, config=config, tools=agent_tools
+            ),
+            state_schema=ThreadState,
+            context_schema=context_schema_for(kind),
+            name=kind,
+        )
     metadata: dict[str, Any] = {
         "agent_name": options.agent_name or kind,
         "model_name": resolved.name,

@@ -65,6 +65,7 @@ logs one warning and returns the naive chain: slower, never down.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.metadata
@@ -72,7 +73,7 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast, get_type_hints
@@ -735,6 +736,60 @@ def _wraps_class(with_model: bool, with_tool: bool) -> type[_ChainWrapsBase]:
         namespace["wrap_tool_call"] = _wrap_tool_call
         namespace["awrap_tool_call"] = _awrap_tool_call
     return type(CHAIN_NAME, (_ChainWrapsBase,), namespace)
+
+
+# --- create_agent's span around the chain, only while tracing ----------------
+
+_build_lock = threading.Lock()
+
+
+def _lazy_span(traced: Callable[..., Any], raw: Callable[..., Any]) -> Callable[..., Any]:
+    """``raw`` while tracing is off, ``traced`` (create_agent's own span wrapper) while on."""
+
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        return traced(*args, **kwargs) if _tracing_now() else raw(*args, **kwargs)
+
+    functools.update_wrapper(hook, raw)
+    return hook
+
+
+@contextlib.contextmanager
+def lazy_chain_spans() -> Iterator[None]:
+    """Build agents in this block so the fused chain's hooks skip an idle span wrapper.
+
+    Why: create_agent wraps every ``wrap_*`` hook in LangSmith's ``traceable``,
+    and that wrapper sets up a run context on every call even with tracing off
+    (about 20 µs: two calls a step, one per model call and one per tool call;
+    a bare agent pays neither). Inside this block the chain's own hooks get a
+    wrapper that checks ``tracing_is_enabled()`` per call and uses create_agent's
+    span only while tracing is on, so traces are exactly as before. Every other
+    ``traceable`` use (other middlewares, other threads building at the same
+    time) goes to LangSmith's unchanged. Without the factory's ``traceable``
+    (LangChain changed) the block is a no-op: slower, never different.
+    """
+    factory = importlib.import_module("langchain.agents.factory")
+    original = getattr(factory, "traceable", None)
+    if original is not traceable:
+        yield
+        return
+
+    def chain_aware(*args: Any, **kwargs: Any) -> Any:
+        decorate = original(*args, **kwargs)
+
+        def decorator(function: Callable[..., Any]) -> Any:
+            traced = decorate(function)
+            if not isinstance(getattr(function, "__self__", None), _ChainWrapsBase):
+                return traced
+            return _lazy_span(traced, function)
+
+        return decorator
+
+    with _build_lock:
+        setattr(factory, "traceable", chain_aware)  # noqa: B010 (a module global, on purpose)
+        try:
+            yield
+        finally:
+            setattr(factory, "traceable", original)  # noqa: B010
 
 
 # --- non-fusable members: their own nodes, without their wrap hooks ----------

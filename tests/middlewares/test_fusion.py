@@ -37,6 +37,7 @@ from middlewares._fusion import (
     compose_chain,
     fuse_middlewares,
     is_fusable,
+    lazy_chain_spans,
 )
 from runtime.scripted_model import ScriptedChatModel
 from runtime.state import ThreadState
@@ -928,6 +929,69 @@ async def test_tracing_turned_on_after_a_fused_build_still_traces_each_member() 
         "model/A.awrap_model_call/B.awrap_model_call/ScriptedChatModel",
         "tools/A.awrap_tool_call/B.awrap_tool_call",
         "A+B.before_model/B.before_model",
+        "model/B.after_model",
+    ):
+        assert any(p.endswith(expected) for p in paths), expected
+
+
+class _Plain(AgentMiddleware[Any, Any]):
+    """A wrap middleware passed to create_agent as is (not part of a fused chain)."""
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+
+async def test_built_with_lazy_spans_the_chain_sets_up_no_langsmith_run_while_tracing_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The idle span wrapper create_agent puts around the chain's hooks is skipped."""
+    import langchain.agents.factory as factory
+    from langsmith import run_helpers
+
+    setups: list[Any] = []
+    real_setup = run_helpers._setup_run
+
+    def counting(func: Any, *args: Any, **kwargs: Any) -> Any:
+        setups.append(getattr(func, "__name__", func))
+        return real_setup(func, *args, **kwargs)
+
+    monkeypatch.setattr(run_helpers, "_setup_run", counting)
+    original = factory.traceable
+    log: list[str] = []
+    chain = fuse_middlewares(
+        [probe("A", log), probe("B", log)], state_schema=ThreadState, fold_after_model=True
+    )
+    with lazy_chain_spans():
+        lazy = create_agent(_model(TWO_TOOL_STEPS), [echo], middleware=chain)
+    assert factory.traceable is original  # restored after the build
+    await lazy.ainvoke({"messages": [HumanMessage("go")]})
+    assert setups == []
+    # Built outside the block (or a middleware that is not the chain): the wrapper runs.
+    plain = create_agent(_model(TWO_TOOL_STEPS), [echo], middleware=[_Plain()])
+    await plain.ainvoke({"messages": [HumanMessage("go")]})
+    assert setups  # LangSmith set up a run per wrap call, as create_agent always did
+    setups.clear()
+    with lazy_chain_spans():
+        other = create_agent(_model(TWO_TOOL_STEPS), [echo], middleware=[_Plain()])
+    await other.ainvoke({"messages": [HumanMessage("go")]})
+    assert setups
+
+
+async def test_built_with_lazy_spans_tracing_turned_on_later_still_traces_each_member() -> None:
+    log: list[str] = []
+    chain = fuse_middlewares(
+        [probe("A", log), probe("B", log)], state_schema=ThreadState, fold_after_model=True
+    )
+    with lazy_chain_spans():
+        graph = create_agent(_model(TWO_TOOL_STEPS), [echo], middleware=chain)
+    client = CaptureClient()
+    with tracing_context(enabled=True, client=client, project_name="test"):
+        await graph.ainvoke({"messages": [HumanMessage("go")]})
+    paths = client.paths()
+    assert any(p.endswith(f"model/{CHAIN_NAME}.awrap_model_call") for p in paths), paths
+    for expected in (
+        "model/A.awrap_model_call/B.awrap_model_call/ScriptedChatModel",
+        "tools/A.awrap_tool_call/B.awrap_tool_call",
         "model/B.after_model",
     ):
         assert any(p.endswith(expected) for p in paths), expected

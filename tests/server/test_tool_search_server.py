@@ -103,7 +103,11 @@ async def test_a_message_naming_a_tool_promotes_it_without_a_search(
 
 
 def configure_delegation(
-    tmp_path: Path, use_config: Callable[[Path], Path], worker: list[Any], prompt: str
+    tmp_path: Path,
+    use_config: Callable[[Path], Path],
+    worker: list[Any],
+    prompt: str,
+    execution: str = "inprocess",
 ) -> str:
     """A lead that delegates ``prompt`` to a general-purpose subagent playing ``worker``."""
     key = f"search-sub-{uuid.uuid4().hex}"
@@ -121,14 +125,15 @@ def configure_delegation(
             data_root=str(tmp_path / "data"),
             mcp_servers={"calc": {"command": sys.executable, "args": [SERVER]}},
             tool_search={"enabled": True},
-            subagents={"model": "worker"},
+            subagents={"model": "worker", "execution": execution},
         )
     )
     return key
 
 
+@pytest.mark.parametrize("execution", ["inprocess", "remote"])
 async def test_a_subagent_defers_mcp_tools_until_its_own_tool_search(
-    tmp_path: Path, use_config: Callable[[Path], Path], lg_client: Any
+    tmp_path: Path, use_config: Callable[[Path], Path], lg_client: Any, execution: str
 ) -> None:
     key = configure_delegation(
         tmp_path,
@@ -140,6 +145,7 @@ async def test_a_subagent_defers_mcp_tools_until_its_own_tool_search(
             ai_text("the sum is 3"),
         ],
         "Sum some numbers.",
+        execution,
     )
     values, _ = await stream(lg_client(), "delegate a sum")
     first, second, third, fourth = recorded_calls(key)
@@ -152,6 +158,7 @@ async def test_a_subagent_defers_mcp_tools_until_its_own_tool_search(
     assert "1 + 2 = 3" in [m.text for m in fourth.messages if isinstance(m, ToolMessage)]
     task_result = next(m for m in values["messages"] if m["type"] == "tool")
     assert "the sum is 3" in task_result["content"]
+    assert task_result["additional_kwargs"]["subagent_execution"] == execution
     # The subagent's promotions are its own: the lead's tools stay deferred.
     assert "add" not in (values.get("promoted") or {})
     (lead_first, lead_second) = recorded_calls(f"{key}-lead")

@@ -202,6 +202,19 @@ summarization: {enabled: true}
 token_usage: {enabled: true}
 token_budget: {enabled: true, max_tokens_per_run: 100000000}
 """
+# Issue 17's tool middlewares: tool_search on with a configured tool marked
+# deferred (no MCP server needed) puts McpRouting, DeferredToolPromotionAudit and
+# DeferredToolFilter (27-29) in the chain; a vision model adds ViewImage (26).
+# ``models`` repeats the base config's key: the later one wins (PyYAML), so the
+# same scripted model is declared vision-capable. The bench agent's own tool is
+# not deferred, so the filter runs on every call but hides nothing.
+DEFERRED_TOOLS = """
+models:
+  - {name: scripted, use: 'runtime.scripted_model:ScriptedChatModel', supports_vision: true}
+tools:
+  - {name: web_fetch, group: web, use: 'tools.web:web_fetch', deferred: true}
+tool_search: {enabled: true}
+"""
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "authorization, guardrails, tool progress": (GOVERNANCE, {}),
     "memory": (MEMORY, {}),
@@ -209,6 +222,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         LONG_CONVERSATION,
         {"is_plan_mode": True},
     ),
+    "deferred tools, tool search, view image": (DEFERRED_TOOLS, {}),
 }
 
 

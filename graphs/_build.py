@@ -87,12 +87,24 @@ def build_agent(
         # LLMErrorHandling retries (Retry-After, circuit breaker): not the SDK too.
         sdk_retries=not settings.llm_error_handling.enabled,
     )
+    agent_tools = (
+        list(tools)
+        if tools is not None
+        else select_tools(settings, kind=kind, model=resolved.entry)
+    )
+    agent_tools = [for_clarification_mode(t, settings.clarification.mode) for t in agent_tools]
+    # Deferred tools (27-29): the lead and subagents alike get tool_search over
+    # their own deferred tools, and McpRouting routes among those same tools.
+    deferred = tuple(t for t in agent_tools if (t.metadata or {}).get("deferred"))
+    if settings.tool_search.enabled and deferred:
+        agent_tools.append(make_tool_search(deferred, max_results=settings.tool_search.max_results))
     inputs = ChainInputs(
         settings=settings,
         options=options,
         model=resolved.entry,
         effective=effective,
         subagent_type=subagent_type_of(config) if kind == "subagent" else None,
+        deferred_tools=deferred,
     )
     if kind == "lead_agent":
         middleware = build_middlewares(inputs, custom_middlewares=custom_middlewares)
@@ -103,18 +115,6 @@ def build_agent(
     if resolved.warning:
         # Not a chain slot: present only for a run whose model_name was unknown.
         middleware = [*middleware, ModelWarningMiddleware(warning=resolved.warning)]
-    agent_tools = (
-        list(tools)
-        if tools is not None
-        else select_tools(settings, kind=kind, model=resolved.entry)
-    )
-    agent_tools = [for_clarification_mode(t, settings.clarification.mode) for t in agent_tools]
-    if kind == "lead_agent" and settings.tool_search.enabled:
-        catalog = [t for t in agent_tools if (t.metadata or {}).get("deferred")]
-        if catalog:
-            agent_tools.append(
-                make_tool_search(catalog, max_results=settings.tool_search.max_results)
-            )
     if effective["subagent_enabled"]:
         limits = resolve_subagent_limits(settings.subagents, options)
         agent_tools.append(

@@ -10,8 +10,10 @@ encodes that order and the conditions of every entry:
   configured extension middlewares (36) and ``LEAD_TAIL_SLOTS`` (37-40).
 - ``SUBAGENT_SLOTS`` and ``SUBAGENT_TAIL_SLOTS``: the subagent chain reuses the
   base (minus lead-only Uploads), attaches DurableContext immediately before its
-  summarization, shares the configured extensions before its safety tail, and
-  ends with the date-only context right before SystemMessageCoalescing.
+  summarization, defers tools like the lead (27-29, with ``tool_search.enabled``:
+  spec 28 audits "per lead run or subagent execution"), shares the configured
+  extensions before its safety tail, and ends with the date-only context right
+  before SystemMessageCoalescing.
 
 A slot fills only when its condition holds **and** ``FACTORIES`` has a factory
 for it; a middleware that does not exist yet is simply absent and the order of
@@ -37,6 +39,7 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 
 from authz.setup import authorizer_for, guardrail_for
 from deerflow_extension_api import AgentBuildContext, AgentScope, HostPolicySnapshot
@@ -138,6 +141,9 @@ class ChainInputs:
     scope: AgentScope = AgentScope.LEAD
     subagent_type: str | None = None
     """The delegated run's type (``configurable.subagent_type``), for subagent builds."""
+    deferred_tools: tuple[BaseTool, ...] | None = None
+    """The agent's own deferred tools, when the builder knows them (McpRouting
+    routes among these); None: every deferred tool the config has."""
 
     @classmethod
     def from_config(
@@ -357,6 +363,11 @@ LEAD_TAIL_SLOTS: tuple[Slot, ...] = (
 SUBAGENT_SLOTS: tuple[Slot, ...] = (
     Slot(20, "DurableContextMiddleware"),
     Slot(21, "SummarizationMiddleware", _enabled("summarization", False)),
+    # A subagent defers tools like the lead: its own tool_search, its own
+    # promotions (a fresh ``promoted``), audited per subagent execution (28).
+    Slot(27, "McpRoutingMiddleware"),
+    Slot(28, "DeferredToolPromotionAuditMiddleware"),
+    Slot(29, "DeferredToolFilterMiddleware", _enabled("tool_search", False)),
     Slot(32, "LoopDetectionMiddleware", _enabled("loop_detection", True)),
     Slot(33, "TokenBudgetMiddleware", _enabled("token_budget", False)),
     Slot(34, "ModelContentCompatibilityMiddleware"),
@@ -497,6 +508,9 @@ def _mcp_routing(inputs: ChainInputs) -> AgentMiddleware[Any, Any] | None:
         return None
     from tools.selection import deferred_catalog
 
+    if inputs.deferred_tools is not None:
+        own = list(inputs.deferred_tools)
+        return McpRoutingMiddleware(catalog=lambda: own)
     settings = inputs.settings
     return McpRoutingMiddleware(catalog=lambda: deferred_catalog(settings))
 

@@ -2,7 +2,8 @@
 
 It observes the final ``Command`` of each ``tool_search`` call and atomically
 claims the newly promoted names for the run, so parallel searches that find the
-same tool report it once. Each new claim emits ``middleware:tool_promotion``
+same tool report it once. A subagent execution has its own chain, so its own
+claims; its events and log lines carry ``is_subagent: true``. Each new claim emits ``middleware:tool_promotion``
 with ``source: tool_search`` and logs one line; the ``Command`` is returned
 unchanged, and no search text or tool payload goes into the audit.
 """
@@ -21,7 +22,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from middlewares._run_scope import current_run_key, emit_event
+from middlewares._run_scope import current_run_key, emit_event, is_subagent_run
 from tools.deferred import PROMOTION_EVENT
 
 __all__ = ["DeferredToolPromotionAuditMiddleware"]
@@ -57,11 +58,12 @@ class DeferredToolPromotionAuditMiddleware(AgentMiddleware[Any, Any]):
             new = sorted(name for name in promoted if name not in claimed)
             claimed.update(new)
         if new:
-            emit_event({"type": PROMOTION_EVENT, "source": "tool_search", "names": new})
-            logger.info(
-                "tool promotion %s",
-                json.dumps({"thread_id": key[0], "run_id": key[1], "names": new}),
-            )
+            event: dict[str, Any] = {"type": PROMOTION_EVENT, "source": "tool_search", "names": new}
+            record: dict[str, Any] = {"thread_id": key[0], "run_id": key[1], "names": new}
+            if is_subagent_run():  # attribution from the server-set run metadata
+                event["is_subagent"] = record["is_subagent"] = True
+            emit_event(event)
+            logger.info("tool promotion %s", json.dumps(record))
         return result
 
     def wrap_tool_call(

@@ -6,7 +6,8 @@ with ``_`` read as a space) is promoted into ``ThreadState.promoted`` before
 DeferredToolFilterMiddleware looks, without running anything, so "use
 get_forecast for Paris" works without a ``tool_search`` round trip. New names
 emit ``middleware:tool_promotion`` with ``source: routing_hint``; names already
-promoted with the same schema emit nothing.
+promoted with the same schema emit nothing. In a subagent, the latest real user
+message is the delegated task's prompt.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
-from middlewares._run_scope import emit_event
+from middlewares._run_scope import emit_event, is_subagent_run
 from middlewares._text import content_text
 from tools.deferred import PROMOTION_EVENT, promoted_of, schema_hash
 
@@ -79,7 +80,14 @@ class McpRoutingMiddleware(AgentMiddleware[Any, Any]):
         }
         if not fresh:
             return None
-        emit_event({"type": PROMOTION_EVENT, "source": "routing_hint", "names": sorted(fresh)})
+        event: dict[str, Any] = {
+            "type": PROMOTION_EVENT,
+            "source": "routing_hint",
+            "names": sorted(fresh),
+        }
+        if is_subagent_run():
+            event["is_subagent"] = True
+        emit_event(event)
         return {"promoted": fresh}
 
     def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ __all__ = [
     "BASH_TOOL_GROUPS",
     "BASH_TOOL_NAMES",
     "DEFAULT_SUBAGENT_TYPE",
+    "MCP_SELECTOR",
     "NEVER_DELEGATED_TOOLS",
     "SUBAGENT_SYSTEM_PROMPT",
     "SubagentType",
@@ -27,6 +28,7 @@ __all__ = [
     "resolve_subagent_model",
     "resolve_type_tools",
     "subagent_types",
+    "type_takes_mcp_tools",
 ]
 
 DEFAULT_SUBAGENT_TYPE = "general-purpose"
@@ -48,6 +50,10 @@ class ToolCatalog:
     load_tools: Callable[..., list[BaseTool]]
     tool_configs: Callable[[Settings], Iterable[ToolConfig]]
 
+
+# Selects the MCP servers' tools (the ``mcp`` tool group). They are discovered
+# at run time, not configured under ``tools:``, so the graph builder adds them.
+MCP_SELECTOR = "group:mcp"
 
 # A subagent never delegates further and never talks to the user.
 NEVER_DELEGATED_TOOLS: frozenset[str] = frozenset({TASK_TOOL_NAME, "ask_clarification"})
@@ -134,6 +140,12 @@ def _selected(entry: ToolConfig, selectors: Sequence[str]) -> bool:
     return entry.name in selectors or f"group:{entry.group}" in selectors
 
 
+def type_takes_mcp_tools(subagent_type: SubagentType) -> bool:
+    """Whether the type gets the MCP servers' tools: the general-purpose set does,
+    a type with a tool list only when it names ``group:mcp``."""
+    return subagent_type.tools is None or MCP_SELECTOR in subagent_type.tools
+
+
 def resolve_type_tools(
     settings: Settings, subagent_type: SubagentType, catalog: ToolCatalog
 ) -> list[BaseTool]:
@@ -145,6 +157,7 @@ def resolve_type_tools(
     if not subagent_type.builtin:
         known_names = {entry.name for entry in tool_configs(settings)}
         known_groups = {f"group:{entry.group}" for entry in tool_configs(settings)}
+        known_groups.add(MCP_SELECTOR)
         unknown = [s for s in selectors if s not in known_names and s not in known_groups]
         if unknown:
             raise ConfigError(

@@ -27,3 +27,17 @@ def test_quick_run_prints_the_ratio_and_writes_results(
     assert "| full lead chain, a skill activated with /bench-skill |" in report
     assert re.fullmatch(r"skills_active_ratio=\d+\.\d\d", lines[-2])
     assert lines[-1] in report.replace("`", "")
+
+
+def test_the_deferred_tools_variant_assembles_issue_17s_middlewares(tmp_path: Path) -> None:
+    from middlewares.chain import build_middlewares
+
+    extra, configurable = chain_overhead.VARIANTS["deferred tools, tool search, view image"]
+    inputs = chain_overhead.chain_inputs(tmp_path, extra, "variant", configurable)
+    names = {type(m).__name__ for m in build_middlewares(inputs)}
+    assert {
+        "ViewImageMiddleware",
+        "McpRoutingMiddleware",
+        "DeferredToolPromotionAuditMiddleware",
+        "DeferredToolFilterMiddleware",
+    } <= names

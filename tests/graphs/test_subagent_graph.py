@@ -8,8 +8,9 @@ import pytest
 
 from graphs.subagent import build_subagent, recursion_limit_for
 from runtime.config import ConfigError, Settings, load_settings
+from subagents.types import subagent_types, type_takes_mcp_tools
 from tests.support.delegation import delegation_config
-from tests.support.scripted import ai_text, scripted_model_entry
+from tests.support.scripted import ai_text, scripted_model_entry, write_config
 
 
 def settings_for(tmp_path: Path) -> Settings:
@@ -63,3 +64,34 @@ async def test_custom_type_from_context_sets_tools_model_and_turn_cap(tmp_path: 
 def test_unknown_type_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown subagent_type 'wizard'; available: bash"):
         build_subagent(settings_for(tmp_path), {"configurable": {"subagent_type": "wizard"}})
+
+
+def test_a_subagent_gets_tool_search_over_its_own_deferred_tools(tmp_path: Path) -> None:
+    settings = load_settings(
+        write_config(
+            tmp_path,
+            models=[scripted_model_entry([ai_text("w")], name="worker")],
+            tools=[
+                {"name": "echo", "use": "tests.support.tools:echo", "deferred": True},
+                {"name": "gate", "use": "tests.support.subagent_tools:gate"},
+            ],
+            tool_search={"enabled": True},
+            subagents={
+                "types": [
+                    {
+                        "name": "gated",
+                        "description": "d",
+                        "system_prompt": "p",
+                        "tools": ["gate", "group:mcp"],
+                    }
+                ]
+            },
+        )
+    )
+    assert tool_names(build_subagent(settings, None)) == {"echo", "gate", "tool_search"}
+    # No deferred tool of its own, no tool_search ("group:mcp" is a valid selector).
+    gated = build_subagent(settings, {"configurable": {"subagent_type": "gated"}})
+    assert tool_names(gated) == {"gate"}
+    types = subagent_types(settings)
+    assert type_takes_mcp_tools(types["general-purpose"]) and type_takes_mcp_tools(types["gated"])
+    assert not type_takes_mcp_tools(types["bash"])

@@ -11,6 +11,7 @@ Two kinds of pins:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
@@ -93,6 +94,8 @@ SUBAGENT_DEFAULT = [
     "ToolErrorHandlingMiddleware",
     "ArtifactCaptureMiddleware",
     "DurableContextMiddleware",
+    "McpRoutingMiddleware",
+    "DeferredToolPromotionAuditMiddleware",
     "LoopDetectionMiddleware",
     "ModelContentCompatibilityMiddleware",
     "TerminalResponseMiddleware",
@@ -359,3 +362,58 @@ def test_real_chains_with_every_optional_middleware_on(tmp_path: Path) -> None:
         "DynamicContextMiddleware",
         "SystemMessageCoalescingMiddleware",
     ]
+
+
+DEFERRAL = [
+    "McpRoutingMiddleware",
+    "DeferredToolPromotionAuditMiddleware",
+    "DeferredToolFilterMiddleware",
+]
+
+
+def test_tool_search_defers_tools_in_subagents_as_in_the_lead(tmp_path: Path) -> None:
+    """Spec 27-29 with ``tool_search.enabled``: the subagent chain defers too (28 audits
+    "per lead run or subagent execution"), right after its DurableContext/summarization."""
+    on = inputs_for(tmp_path, tool_search={"enabled": True}, summarization={"enabled": True})
+    lead = [m.name for m in build_middlewares(on)]
+    sub = [m.name for m in build_subagent_runtime_middlewares(on)]
+    assert lead[lead.index("McpRoutingMiddleware") :][:3] == DEFERRAL
+    start = sub.index("SummarizationMiddleware")
+    assert sub[start - 1 : start + 5] == [
+        "DurableContextMiddleware",
+        "SummarizationMiddleware",
+        *DEFERRAL,
+        "LoopDetectionMiddleware",
+    ]
+    off = inputs_for(tmp_path)
+    for chain_names in (
+        [m.name for m in build_middlewares(off)],
+        [m.name for m in build_subagent_runtime_middlewares(off)],
+    ):
+        assert not set(DEFERRAL) & set(chain_names)
+
+
+def test_routing_looks_only_at_the_agents_own_deferred_tools(tmp_path: Path) -> None:
+    from langchain_core.tools import tool
+
+    from middlewares.mcp_routing import McpRoutingMiddleware
+
+    @tool
+    def get_forecast(city: str) -> str:
+        """The weather forecast."""
+        return city
+
+    mine = get_forecast.model_copy(update={"metadata": {"deferred": True}})
+    # web_fetch is deferred in config but not one of this agent's tools.
+    configured = inputs_for(
+        tmp_path,
+        tool_search={"enabled": True},
+        tools=[{"name": "web_fetch", "use": "tools.web:web_fetch", "deferred": True}],
+    )
+    inputs = dataclasses.replace(configured, deferred_tools=(mine,))
+    router = next(
+        m for m in build_subagent_runtime_middlewares(inputs) if isinstance(m, McpRoutingMiddleware)
+    )
+    state = {"messages": [HumanMessage("use get_forecast and web_fetch")]}
+    update = router.before_agent(state, None)  # type: ignore[arg-type]
+    assert update is not None and list(update["promoted"]) == ["get_forecast"]

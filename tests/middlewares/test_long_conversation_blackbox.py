@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support.long_conversation import SAVER_RACE, long_config
+from tests.support.long_conversation import long_config
 from tests.support.postgres import fresh_database
 from tests.support.server import DevServer
 
@@ -68,8 +68,6 @@ async def test_three_hundred_turns_on_postgres_fit_the_window(
                 config={"recursion_limit": 2000},
             )
         except Exception as exc:
-            if "UniqueViolation" in str(exc):
-                pytest.xfail(SAVER_RACE)
             raise AssertionError(f"run {run} failed: {exc}\n{await server.alog()}") from exc
         assert output["messages"][-1]["content"] == "All steps done.", output["messages"][-1]
         sizes.append(await asyncio.to_thread(storage_bytes, database, thread_id))

@@ -12,6 +12,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from runtime.recording_model import recorded_calls
+from tests.support.delegation import task_call
 from tests.support.scripted import ai_text, ai_tools, recording_model_entry, tool_call, write_config
 from tests.tools.test_mcp import SERVER
 
@@ -99,3 +100,83 @@ async def test_a_message_naming_a_tool_promotes_it_without_a_search(
         "source": "routing_hint",
         "names": ["report"],
     } in events
+
+
+def configure_delegation(
+    tmp_path: Path,
+    use_config: Callable[[Path], Path],
+    worker: list[Any],
+    prompt: str,
+    execution: str = "inprocess",
+) -> str:
+    """A lead that delegates ``prompt`` to a general-purpose subagent playing ``worker``."""
+    key = f"search-sub-{uuid.uuid4().hex}"
+    use_config(
+        write_config(
+            tmp_path,
+            models=[
+                recording_model_entry(
+                    [ai_tools(task_call(prompt)), ai_text("lead done")],
+                    key=f"{key}-lead",
+                    name="lead",
+                ),
+                recording_model_entry(worker, key=key, name="worker"),
+            ],
+            data_root=str(tmp_path / "data"),
+            mcp_servers={"calc": {"command": sys.executable, "args": [SERVER]}},
+            tool_search={"enabled": True},
+            subagents={"model": "worker", "execution": execution},
+        )
+    )
+    return key
+
+
+@pytest.mark.parametrize("execution", ["inprocess", "remote"])
+async def test_a_subagent_defers_mcp_tools_until_its_own_tool_search(
+    tmp_path: Path, use_config: Callable[[Path], Path], lg_client: Any, execution: str
+) -> None:
+    key = configure_delegation(
+        tmp_path,
+        use_config,
+        [
+            ai_tools(tool_call("add", a=1, b=1)),
+            ai_tools(tool_call("tool_search", query="add two integers")),
+            ai_tools(tool_call("add", a=1, b=2)),
+            ai_text("the sum is 3"),
+        ],
+        "Sum some numbers.",
+        execution,
+    )
+    values, _ = await stream(lg_client(), "delegate a sum")
+    first, second, third, fourth = recorded_calls(key)
+    # The subagent gets the MCP tools, deferred: only tool_search at first.
+    assert "tool_search" in first.tools
+    assert not {"add", "report", "fail"} & set(first.tools)
+    hidden = next(m for m in second.messages if isinstance(m, ToolMessage))
+    assert hidden.status == "error" and "tool_search" in hidden.text
+    assert "add" in third.tools and "report" not in third.tools
+    assert "1 + 2 = 3" in [m.text for m in fourth.messages if isinstance(m, ToolMessage)]
+    task_result = next(m for m in values["messages"] if m["type"] == "tool")
+    assert "the sum is 3" in task_result["content"]
+    assert task_result["additional_kwargs"]["subagent_execution"] == execution
+    # The subagent's promotions are its own: the lead's tools stay deferred.
+    assert "add" not in (values.get("promoted") or {})
+    (lead_first, lead_second) = recorded_calls(f"{key}-lead")
+    assert "add" not in lead_first.tools and "add" not in lead_second.tools
+
+
+async def test_a_task_prompt_naming_a_tool_promotes_it_in_the_subagent(
+    tmp_path: Path, use_config: Callable[[Path], Path], lg_client: Any
+) -> None:
+    key = configure_delegation(
+        tmp_path,
+        use_config,
+        [ai_tools(tool_call("report")), ai_text("reported")],
+        "Run the report tool and summarise it.",
+    )
+    values, _ = await stream(lg_client(), "delegate it")
+    (first, _) = recorded_calls(key)
+    assert "report" in first.tools and "add" not in first.tools
+    task_result = next(m for m in values["messages"] if m["type"] == "tool")
+    assert "reported" in task_result["content"]
+    assert "report" not in (values.get("promoted") or {})

@@ -38,6 +38,7 @@ from deerflow_extension_api.provenance import (
     provenance_kwargs,
     read_provenance,
 )
+from middlewares._prefix_fold import prefix_count
 from middlewares._sync import run_sync
 from runtime.config import Settings
 from sandbox.base import SandboxError, SandboxProvider
@@ -78,6 +79,10 @@ def is_viewed_image_context(message: BaseMessage) -> bool:
         return False
     provenance = read_provenance(message)
     return provenance is not None and provenance.content_kind == ContentKind.VIEWED_IMAGE.value
+
+
+# Image contexts in a history (normally none: they ride the request only).
+_image_contexts = prefix_count(is_viewed_image_context)
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,8 @@ class ViewImageMiddleware(AgentMiddleware[Any, Any]):
         )
 
     def _rebuilt(self, request: ModelRequest[Any], images: Sequence[_Image]) -> ModelRequest[Any]:
+        if not images and not _image_contexts(request.messages):
+            return request  # the common case, decided per new message only
         kept: list[AnyMessage] = [m for m in request.messages if not is_viewed_image_context(m)]
         if images:
             kept.append(self._context(images))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -37,6 +38,11 @@ def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+async def _arun(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``_run`` off the event loop (async tests must not block it)."""
+    return await asyncio.to_thread(_run, *args, env=env)
 
 
 def _env(**values: str) -> dict[str, str]:
@@ -76,14 +82,14 @@ async def test_migrating_twice_is_idempotent_and_the_server_then_only_verifies(
 ) -> None:
     # Production: both URIs come from one secret, so our tables go to `deerflow`.
     env = _env(DEERFLOW_POSTGRES_URI=fresh_uri, DATABASE_URI=fresh_uri)
-    check = _run("--check", env=env)
+    check = await _arun("--check", env=env)
     assert check.returncode == EXIT_BEHIND, check.stderr
     assert "behind" in check.stdout and "checkpoint_migrations at v-1" in check.stdout
 
-    first = _run(env=env)
+    first = await _arun(env=env)
     assert first.returncode == 0, first.stderr
     tables = await _tables(fresh_uri, OWN_SCHEMA)
-    second = _run(env=env)
+    second = await _arun(env=env)
     assert second.returncode == 0, second.stderr
     assert first.stdout == second.stdout  # same versions: the second run changed nothing
     assert await _tables(fresh_uri, OWN_SCHEMA) == tables
@@ -91,7 +97,7 @@ async def test_migrating_twice_is_idempotent_and_the_server_then_only_verifies(
     assert f"schema {OWN_SCHEMA}" in first.stdout
     assert {"checkpoints", "checkpoint_migrations", "store", "store_migrations"} <= tables
     assert not {"checkpoints", "store"} & await _tables(fresh_uri, "public")
-    assert _run("--check", env=env).returncode == 0
+    assert (await _arun("--check", env=env)).returncode == 0
 
     # Server processes that only verify start on the migrated tables and work.
     monkeypatch.setenv("DEERFLOW_POSTGRES_URI", fresh_uri)

@@ -49,7 +49,7 @@ class OneFramePerUpdate(ws_client.WSClient):
         self.binary = binary
         self.newline = b"\n" if binary else "\n"
         self.capture_all = capture_all
-        self._all = ws_client.BytesIO() if capture_all else ws_client._IgnoredIO()
+        self._all: Any = ws_client.BytesIO() if capture_all else ws_client._IgnoredIO()
         self._returncode = None
         self.url = url
         self.frames = list(self.script)

@@ -34,7 +34,7 @@ __all__ = [
 
 K8S_DIR = Path(__file__).resolve().parent / "k8s"
 KUBERNETES_VERSION = "1.35.0"
-KUSTOMIZATIONS = ("base", "sandbox", "overlays/dev", "overlays/prod")
+KUSTOMIZATIONS = ("base", "sandbox", "overlays/dev", "overlays/prod", "overlays/prod-migrate")
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod", "ReplicaSet"}
 
 

@@ -42,6 +42,6 @@ async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver[str]]:
         return
     async with shared_pool(db) as (pool, entry):
         saver = DeerflowPostgresSaver(pool)
-        await run_setup(entry, "checkpointer", db, saver.setup)
+        await run_setup(entry, "checkpointer", db, saver.setup, saver.required_migrations())
         logger.info("checkpointer: postgres at %s", describe_target(str(pool.conninfo)))
         yield saver

@@ -65,6 +65,7 @@ __all__ = [
     "ReadBeforeWriteConfig",
     "SafetyFinishReasonConfig",
     "Settings",
+    "SetupMode",
     "SubagentTypeConfig",
     "SubagentsConfig",
     "SummarizationConfig",
@@ -132,6 +133,17 @@ class ModelConfig(BaseModel):
 
 _SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
+# What a process does with our tables at startup (``database.setup``).
+SetupMode = Literal["migrate", "verify", "off"]
+_SETUP_ALIASES = {
+    "true": "migrate",
+    "yes": "migrate",
+    "1": "migrate",
+    "false": "off",
+    "no": "off",
+    "0": "off",
+}
+
 
 class DatabasePoolConfig(_Section):
     """``psycopg_pool.AsyncConnectionPool`` sizing and timeouts (seconds)."""
@@ -185,7 +197,11 @@ class DatabaseConfig(_Section):
     connect_timeout: int = Field(default=10, ge=1)
     application_name: str = Field(default="deerflow-server", min_length=1, max_length=63)
     prepare_threshold: int | None = Field(default=None, ge=0)
-    setup: bool = Field(default=True, description="create/migrate tables at startup")
+    setup: SetupMode = Field(
+        default="migrate",
+        description="at startup: migrate (create/upgrade tables), verify (refuse to start "
+        "unless `python -m runtime.migrate` brought them up to date) or off",
+    )
     pool: DatabasePoolConfig = Field(default_factory=DatabasePoolConfig)
     keepalives: DatabaseKeepalivesConfig = Field(default_factory=DatabaseKeepalivesConfig)
 
@@ -202,6 +218,17 @@ class DatabaseConfig(_Section):
             conninfo_to_dict(value)
         except psycopg.Error:
             raise ValueError("is not a valid Postgres URI or connection string") from None
+        return value
+
+    @field_validator("setup", mode="before")
+    @classmethod
+    def _setup_mode(cls, value: Any) -> Any:
+        # `true`/`false` were the only values before the migration job existed.
+        if isinstance(value, bool):
+            return "migrate" if value else "off"
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            return _SETUP_ALIASES.get(lowered, lowered)
         return value
 
     @field_validator("schema_name")
@@ -1323,6 +1350,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "DEERFLOW_FILES_BACKEND": ("files", "backend"),
     "DEERFLOW_POSTGRES_URI": ("database", "uri"),
     "DEERFLOW_POSTGRES_SCHEMA": ("database", "schema"),
+    "DEERFLOW_POSTGRES_SETUP": ("database", "setup"),
     "DEERFLOW_AUTH_MODE": ("auth", "mode"),
     "DEERFLOW_AUTH_JWT_SECRET": ("auth", "jwt", "secret"),
     "DEERFLOW_AUTH_JWKS_URL": ("auth", "jwt", "jwks_url"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +32,11 @@ from runtime.config import DatabaseConfig
 
 __all__ = [
     "PostgresUnavailableError",
+    "SchemaNotMigratedError",
     "build_conninfo",
     "connection_kwargs",
     "describe_target",
+    "migration_versions",
     "run_setup",
     "shared_pool",
 ]
@@ -54,6 +56,10 @@ _SETUP_ATTEMPTS = 5
 
 class PostgresUnavailableError(RuntimeError):
     """The configured Postgres cannot be reached (down, refusing, or pool exhausted)."""
+
+
+class SchemaNotMigratedError(RuntimeError):
+    """``database.setup: verify`` found our tables older than this release needs."""
 
 
 def describe_target(conninfo: str) -> str:
@@ -202,16 +208,22 @@ async def run_setup(
     name: str,
     db: DatabaseConfig,
     setup: Callable[[], Awaitable[None]],
+    required: Mapping[str, int],
 ) -> None:
-    """Run ``setup`` (schema + migrations) once per process per ``name``.
+    """Bring ``name``'s tables up to date once per process, as ``database.setup`` says.
 
-    Another replica may be migrating at the same moment; the migrations are
-    idempotent, so a lost race is retried rather than reported.
+    ``migrate`` runs ``setup`` (schema + migrations). Another replica may be
+    migrating at the same moment; the migrations are idempotent, so a lost race
+    is retried rather than reported. ``verify`` changes nothing and raises
+    ``SchemaNotMigratedError`` unless every migrations table in ``required``
+    (table -> the last version this release knows) is at least that version:
+    the migration job (``python -m runtime.migrate``) runs the DDL instead.
+    ``off`` trusts the operator.
     """
     async with entry.setup_lock:
         if name in entry.setup_done:
             return
-        if db.setup:
+        if db.setup == "migrate":
             await _ensure_schema(entry.pool, db)
             for attempt in range(1, _SETUP_ATTEMPTS + 1):
                 try:
@@ -221,7 +233,69 @@ async def run_setup(
                     if attempt == _SETUP_ATTEMPTS:
                         raise
                     await asyncio.sleep(0.2 * attempt)
+        elif db.setup == "verify":
+            await _verify_migrated(entry.pool, db, name, required)
         entry.setup_done.add(name)
+
+
+async def migration_versions(
+    pool: AsyncConnectionPool[Any], tables: Mapping[str, int]
+) -> dict[str, int]:
+    """The newest applied version in each migrations table (-1: none, or no table)."""
+    versions: dict[str, int] = {}
+    async with pool.connection() as conn:
+        for table in tables:
+            present = await (
+                await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (table,))
+            ).fetchone()
+            if not present or not present["present"]:
+                versions[table] = -1
+                continue
+            row = await (
+                await conn.execute(
+                    sql.SQL("SELECT max(v) AS v FROM {}").format(sql.Identifier(table))
+                )
+            ).fetchone()
+            value = row["v"] if row else None
+            versions[table] = -1 if value is None else int(value)
+    return versions
+
+
+async def _verify_migrated(
+    pool: AsyncConnectionPool[Any], db: DatabaseConfig, name: str, required: Mapping[str, int]
+) -> None:
+    target = describe_target(str(pool.conninfo))
+    if db.schema_name:
+        async with pool.connection() as conn:
+            row = await (await conn.execute("SELECT current_schema() AS s")).fetchone()
+        current = row["s"] if row else None
+        if current is None:
+            raise SchemaNotMigratedError(
+                f"{name}: schema {db.schema_name!r} does not exist at {target}; run the "
+                "migration job (python -m runtime.migrate) before starting the server"
+            )
+        if current != db.schema_name:
+            raise PostgresUnavailableError(_search_path_message(db.schema_name, current))
+    versions = await migration_versions(pool, required)
+    behind = [
+        f"{table} at v{versions[table]}, needs v{version}"
+        for table, version in required.items()
+        if versions[table] < version
+    ]
+    if behind:
+        raise SchemaNotMigratedError(
+            f"{name}: tables at {target} are older than this release ({'; '.join(behind)}); "
+            "run the migration job (python -m runtime.migrate) before rolling out"
+        )
+
+
+def _search_path_message(schema: str, current: str | None) -> str:
+    return (
+        f"database.schema is {schema!r} but the connection's current schema is "
+        f"{current!r}: the search_path startup option did not take effect (a "
+        "transaction pooler may drop it; configure the pooler to pass or track "
+        "search_path, or set it on the database role)"
+    )
 
 
 async def _ensure_schema(pool: AsyncConnectionPool[Any], db: DatabaseConfig) -> None:
@@ -235,9 +309,4 @@ async def _ensure_schema(pool: AsyncConnectionPool[Any], db: DatabaseConfig) -> 
         row = await (await conn.execute("SELECT current_schema() AS s")).fetchone()
     current = row["s"] if row else None
     if current != db.schema_name:
-        raise PostgresUnavailableError(
-            f"database.schema is {db.schema_name!r} but the connection's current schema is "
-            f"{current!r}: the search_path startup option did not take effect (a "
-            "transaction pooler may drop it; configure the pooler to pass or track "
-            "search_path, or set it on the database role)"
-        )
+        raise PostgresUnavailableError(_search_path_message(db.schema_name, current))

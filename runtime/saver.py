@@ -459,6 +459,14 @@ class DeerflowPostgresSaver(AsyncPostgresSaver):
 
     # ------------------------------------------------------------------ setup
 
+    @classmethod
+    def required_migrations(cls) -> dict[str, int]:
+        """Migrations table -> the last version ``setup`` applies (for ``verify``)."""
+        return {
+            "checkpoint_migrations": len(cls.MIGRATIONS) - 1,
+            "deerflow_checkpoint_migrations": len(cls.DEERFLOW_MIGRATIONS) - 1,
+        }
+
     async def setup(self) -> None:
         """The stock tables and migrations, then this saver's own."""
         await super().setup()

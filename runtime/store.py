@@ -19,7 +19,7 @@ from langgraph.store.postgres.aio import AsyncPostgresStore
 from runtime.config import ConfigError, Settings, aget_settings, import_object
 from runtime.postgres import describe_target, run_setup, shared_pool
 
-__all__ = ["make_store", "memory_index"]
+__all__ = ["make_store", "memory_index", "store_required_migrations"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,14 @@ def memory_index(settings: Settings) -> IndexConfig | None:
     return {"dims": config.dims, "embed": embeddings, "fields": ["content"]}
 
 
+def store_required_migrations(index: IndexConfig | None) -> dict[str, int]:
+    """Migrations table -> the last version the store's ``setup`` applies."""
+    required = {"store_migrations": len(AsyncPostgresStore.MIGRATIONS) - 1}
+    if index is not None:
+        required["vector_migrations"] = len(AsyncPostgresStore.VECTOR_MIGRATIONS) - 1
+    return required
+
+
 @asynccontextmanager
 async def make_store() -> AsyncIterator[BaseStore]:
     """Yield the process's store; the shared pool closes with its last user."""
@@ -54,6 +62,6 @@ async def make_store() -> AsyncIterator[BaseStore]:
         return
     async with shared_pool(db) as (pool, entry):
         store = AsyncPostgresStore(pool, index=cast(Any, index))
-        await run_setup(entry, "store", db, store.setup)
+        await run_setup(entry, "store", db, store.setup, store_required_migrations(index))
         logger.info("store: postgres at %s", describe_target(str(pool.conninfo)))
         yield store

@@ -8,6 +8,7 @@ incrementally with a byte cap, so a huge output never sits whole in memory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import threading
@@ -18,7 +19,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import stream
+from kubernetes.stream import stream, ws_client
 from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL
 
 __all__ = ["ExecFailure", "ExecOutcome", "run_exec"]
@@ -67,6 +68,22 @@ class ExecOutcome:
                     break
         return -1
 
+
+def _websocket_call_without_capture(
+    configuration: client.Configuration, method: str, url: str, **kwargs: Any
+) -> Any:
+    """``websocket_call`` with ``capture_all=False``.
+
+    By default the client also copies every stdout/stderr frame into a capture
+    buffer that only ``read_all()`` empties, and ``read_all()`` empties the
+    channel buffers too; ``stream()`` offers no way to turn the capture off.
+    """
+    return ws_client.websocket_call(configuration, method, url, **kwargs, capture_all=False)
+
+
+# ``stream`` is ``partial(<request>, websocket_call, None)``: the same request
+# function over the call above.
+_stream = functools.partial(stream.func, _websocket_call_without_capture, None)
 
 _local = threading.local()
 
@@ -142,7 +159,7 @@ def run_exec(
     """
     api = _exec_api(configuration)
     try:
-        ws = stream(
+        ws = _stream(
             api.connect_get_namespaced_pod_exec,
             pod,
             namespace,
@@ -184,9 +201,12 @@ def run_exec(
         status = ws.read_channel(ERROR)
         if status:
             error.extend(status)
-        # The client also copies every frame into an unbounded capture buffer;
-        # reading it resets it (the channels were drained just above).
-        ws.read_all()
+        # No ``ws.read_all()`` here: it also empties the channel buffers, and
+        # each ``read_channel`` of an empty channel pulls in whatever frames
+        # arrived meanwhile (stdout included), which it then silently dropped:
+        # the intermittent short downloads. The stream is opened with
+        # ``capture_all=False``, so there is no capture buffer to reset; frames
+        # pulled in here stay buffered for the next drain.
 
     try:
         if stdin is not None:

@@ -218,9 +218,11 @@ class KubernetesSandbox(Sandbox):
     async def download_bytes(self, path: str) -> bytes:
         """The file's bytes, checked against the size the helper reports it sent.
 
-        A stream that delivers fewer bytes than the helper wrote (seen
-        intermittently on the test cluster's exec endpoint) is retried once and
-        then refused, never returned as if it were the whole file.
+        A stream that delivers fewer bytes than the helper wrote is retried
+        once and then refused, never returned as if it were the whole file.
+        (The short reads once seen on the test cluster were the exec reader
+        dropping buffered frames, fixed in ``_k8s_exec``; this stays as a
+        defence against any other truncation.)
         """
         target = _virtual(path)
         limit = self._provider.config.max_file_bytes

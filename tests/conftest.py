@@ -30,7 +30,7 @@ os.environ.setdefault("LANGGRAPH_NO_VERSION_CHECK", "true")
 def _in_memory_persistence() -> None:
     """Servers in the suite use the in-memory checkpointer unless a test asks for Postgres
     (session-scoped, so it runs before the session's in-process server starts)."""
-    for key in ("DEERFLOW_POSTGRES_URI", "DEERFLOW_POSTGRES_SCHEMA"):
+    for key in ("DEERFLOW_POSTGRES_URI", "DEERFLOW_POSTGRES_SCHEMA", "DEERFLOW_POSTGRES_SETUP"):
         os.environ.pop(key, None)
 
 

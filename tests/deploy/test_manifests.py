@@ -55,7 +55,7 @@ def test_shipped_server_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None
     Mode jwt needs a key; the Deployment provides it from the deerflow-auth Secret.
     """
     monkeypatch.setenv("DEERFLOW_AUTH_JWT_SECRET", "s" * 48)
-    settings = load_settings(K8S_DIR / "base" / "config.yaml")
+    settings = load_settings(K8S_DIR / "base" / "settings" / "config.yaml")
     assert settings.auth.mode == "jwt"
     assert settings.sandbox.use == "sandbox.kubernetes:KubernetesSandboxProvider"
 

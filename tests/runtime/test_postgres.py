@@ -138,14 +138,14 @@ async def test_setup_runs_once_per_process(postgres_uri: str) -> None:
         calls.append("setup")
 
     async with shared_pool(db) as (_, entry):
-        await run_setup(entry, "checkpointer", db, setup)
-        await run_setup(entry, "checkpointer", db, setup)
-        await run_setup(entry, "store", db, setup)
+        await run_setup(entry, "checkpointer", db, setup, {})
+        await run_setup(entry, "checkpointer", db, setup, {})
+        await run_setup(entry, "store", db, setup, {})
     assert calls == ["setup", "setup"]
 
     skipped = db_config(postgres_uri, setup=False)
     async with shared_pool(skipped) as (_, entry):
-        await run_setup(entry, "checkpointer", skipped, setup)
+        await run_setup(entry, "checkpointer", skipped, setup, {})
     assert calls == ["setup", "setup"]
 
 

@@ -10,17 +10,25 @@ already carries the stamp is never counted again). In the same hook, terminal
 ``task`` results of subagents are attributed to their dispatching message
 exactly once (``attribute_subagent_usage``) and added to the run's ``subagent``
 totals. At run end the total is written to ``ThreadState.token_usage`` (keyed
-by run id) and published as a ``token_usage`` custom stream event. Only
-``after_model``/``after_agent`` hooks: the fused chain folds ``after_model``
-into the model node, so no step pays a superstep.
+by run id) and published as a ``token_usage`` custom stream event.
+
+Where the stamp is written: ``wrap_model_call`` stamps the answer on its way
+out of the model call, so the model node writes it once. Stamping it in
+``after_model`` instead rewrote every answer in the same step (a second
+``messages`` write, reduced and checkpointed again: the largest per-step cost
+of this middleware). ``after_model`` still stamps any answer that reaches state
+without one (an outer layer replaced it), and does the subagent attribution,
+which needs the state the guards leave (the spec's ordering).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
@@ -32,6 +40,7 @@ from middlewares._usage import (
     latest_run_stamp,
     message_usage,
 )
+from middlewares.model_response import last_ai_message, replace_last_ai_message
 from runtime.state import ThreadState
 from subagents.ledger import current_run_id
 
@@ -58,6 +67,19 @@ def run_id_or_default() -> str:
 def _stamp(message: AIMessage, entry: Mapping[str, Any]) -> AIMessage:
     metadata = {**(message.response_metadata or {}), RUN_USAGE_KEY: dict(entry)}
     return message.model_copy(update={"response_metadata": metadata})
+
+
+def _added(entry: dict[str, Any], message: AIMessage) -> dict[str, Any]:
+    """``entry`` (the run's total before ``message``) with ``message``'s own usage counted."""
+    usage = message_usage(message)
+    entry.update(add_usage({k: entry.get(k, 0) for k in usage}, usage))
+    model = str((message.response_metadata or {}).get("model_name") or "unknown")[:128]
+    models = dict(entry.get("models") or {})
+    models[model] = add_usage(models.get(model), usage)
+    entry["models"] = models
+    entry["calls"] = int(entry.get("calls", 0)) + 1
+    entry["counted"] = message.id
+    return entry
 
 
 def current_run_usage(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
@@ -118,16 +140,8 @@ class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
         entry = current_run_usage(messages, run_id)
         if entry.get("counted") == message.id and message.id is not None:
             return attributed  # counted before (replay or re-entry)
-        usage = message_usage(message)
-        entry.update(add_usage({k: entry.get(k, 0) for k in usage}, usage))
-        model = str((message.response_metadata or {}).get("model_name") or "unknown")[:128]
-        models = dict(entry.get("models") or {})
-        models[model] = add_usage(models.get(model), usage)
-        entry["models"] = models
-        entry["calls"] = int(entry.get("calls", 0)) + 1
-        entry["counted"] = message.id
         updates = [m for m in (attributed or {}).get("messages", []) if m.id != message.id]
-        return {"messages": [*updates, _stamp(message, entry)]}
+        return {"messages": [*updates, _stamp(message, _added(entry, message))]}
 
     def _finish(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
         run_id = run_id_or_default()
@@ -146,6 +160,33 @@ class TokenUsageMiddleware(AgentMiddleware[ThreadState, Any]):
                 }
             )
         return {"token_usage": {run_id: public}}
+
+    def _stamped_response(self, request: ModelRequest[Any], response: Any) -> Any:
+        """The response with its answer stamped (the running total from the state before it)."""
+        message = last_ai_message(response)
+        if message is None:
+            return response
+        if message.id is None:
+            # counted by id: the answer needs one now (add_messages would assign one anyway)
+            message = message.model_copy(update={"id": f"lc_run--{uuid.uuid4()}"})
+        state = request.state if isinstance(request.state, Mapping) else {}
+        messages: Sequence[BaseMessage] = state.get("messages") or []
+        entry = current_run_usage(messages, run_id_or_default())
+        return replace_last_ai_message(response, _stamp(message, _added(entry, message)))
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        return self._stamped_response(request, handler(request))  # type: ignore[no-any-return]
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        return self._stamped_response(request, await handler(request))  # type: ignore[no-any-return]
 
     def after_model(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self._record(state)

@@ -249,3 +249,37 @@ def test_the_todo_system_prompt_matches_langchains_and_is_built_once(
     other = request.override(system_message=SystemMessage("Another prompt."))
     todo.wrap_model_call(other, capture(ours))
     assert "Another prompt." in str(ours[2].content) and ours[2] is not ours[0]
+
+
+def test_usage_is_stamped_on_the_way_out_of_the_model_call_so_after_model_writes_nothing() -> None:
+    """One ``messages`` write per step: the model node writes the stamped answer itself."""
+    usage = TokenUsageMiddleware()
+    history: list[Any] = [HumanMessage("go")]
+    for step, tokens in enumerate((10, 4, 6)):
+        raw = AIMessage(
+            f"answer {step}",
+            id=None if step == 1 else f"a{step}",  # a provider that gives no id
+            usage_metadata={"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens},
+        )
+        request = _request(list(history), {})
+
+        def model(_: ModelRequest[Any], raw: AIMessage = raw) -> ModelResponse[Any]:
+            return ModelResponse(result=[raw])
+
+        response = usage.wrap_model_call(request, model)
+        assert isinstance(response, ModelResponse)
+        answer = response.result[-1]
+        assert answer.id is not None
+        history.append(answer)
+        assert usage.after_model({"messages": list(history)}, None) is None  # type: ignore[arg-type]
+    total = history[-1].response_metadata["run_token_usage"]
+    assert total["total_tokens"] == 20 and total["calls"] == 3
+    # An answer that reaches state unstamped (an outer layer replaced it) is stamped there.
+    replaced = AIMessage(
+        "fallback",
+        id="f",
+        usage_metadata={"input_tokens": 1, "output_tokens": 0, "total_tokens": 1},
+    )
+    update = usage.after_model({"messages": [*history, replaced]}, None)  # type: ignore[arg-type]
+    assert update is not None
+    assert update["messages"][-1].response_metadata["run_token_usage"]["total_tokens"] == 21

@@ -45,6 +45,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from auth.identity import resolve_runtime_user_id
 from deerflow_extension_api.provenance import ContentKind, ProducerKind, provenance_kwargs
 from memory.recall import MemoryRecall, recall_block
+from middlewares._prefix_fold import PrefixFold, prefix_latest
 from middlewares._run_scope import current_run_key
 from middlewares._text import content_text
 
@@ -85,6 +86,28 @@ def _user_authored(message: BaseMessage) -> bool:
         and not kwargs.get("hide_from_ui")
         and REMINDER_KEY not in kwargs
     )
+
+
+# Fold state over a history: (messages seen, index of the first user-authored
+# message or -1, dates of the date reminders present).
+_DateScan = tuple[int, int, frozenset[str]]
+
+
+def _date_step(state: _DateScan, message: BaseMessage) -> _DateScan:
+    position, first_user, dates = state
+    kwargs = message.additional_kwargs
+    if kwargs and REMINDER_KEY in kwargs:
+        date = _reminder_date(message)
+        if date is not None and date not in dates:
+            dates = dates | {date}
+    if first_user < 0 and _user_authored(message):
+        first_user = position
+    return position + 1, first_user, dates
+
+
+# Both questions are asked of the whole request before every model call.
+_date_scan: PrefixFold[_DateScan] = PrefixFold((0, -1, frozenset()), _date_step)
+_latest_user_authored = prefix_latest(_user_authored)
 
 
 class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
@@ -167,18 +190,13 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
     def _with_date(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         messages = request.messages
         today, zone = self._today()
-        iso = today.isoformat()
-        first_user: int | None = None
-        for index, message in enumerate(messages):
-            kwargs = message.additional_kwargs
-            if kwargs and REMINDER_KEY in kwargs and _reminder_date(message) == iso:
-                return request
-            if first_user is None and _user_authored(message):
-                first_user = index
+        _, first_user, dates = _date_scan(messages)
+        if today.isoformat() in dates:
+            return request
         reminder = self._reminder(today, zone)
         if self.date_only_system:
             return request.override(messages=[reminder, *messages])
-        if first_user is None:
+        if first_user < 0:
             return request
         return request.override(messages=[*messages[:first_user], reminder, *messages[first_user:]])
 
@@ -213,14 +231,14 @@ class DynamicContextMiddleware(AgentMiddleware[Any, Any]):
 
     async def _with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         """The memory block right before the latest user-authored message (request-only)."""
-        users = [i for i, m in enumerate(request.messages) if _user_authored(m)]
-        if not users:
+        _, latest = _latest_user_authored(request.messages)
+        if latest < 0:
             return request
-        block = await self._recall(request, users[-1])
+        block = await self._recall(request, latest)
         if block is None:
             return request
         messages = list(request.messages)
-        messages.insert(users[-1], block)
+        messages.insert(latest, block)
         return request.override(messages=messages)
 
     async def awrap_model_call(

@@ -30,6 +30,7 @@ from runtime.skills import get_skill_registry, run_skill_allowlist
 from runtime.state import ThreadState
 from subagents.executor import SubagentBuilder
 from subagents.limits import resolve_subagent_limits
+from subagents.types import SubagentType
 from tools.clarification import for_clarification_mode
 from tools.selection import select_tools
 from tools.task import make_task_tool
@@ -57,6 +58,7 @@ def build_agent(
     kind: Literal["lead_agent", "subagent"],
     system_prompt: str,
     tools: Sequence[BaseTool] | None = None,
+    subagent_type: SubagentType | None = None,
     custom_middlewares: Sequence[AgentMiddleware[Any, Any]] = (),
     build_subagent: SubagentBuilder | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
@@ -64,6 +66,9 @@ def build_agent(
 
     ``build_subagent`` is how the lead agent's ``task`` tool builds in-process
     subagents (the composition root passes ``graphs.subagent.build_subagent``).
+    The tools come from ``tools.selection.select_tools`` for ``kind`` (and a
+    subagent's ``subagent_type``) on the resolved model; ``tools`` replaces
+    that selection outright (tests).
     """
     options = resolve_run_options(config)
     resolved = resolve_model_name(settings, options.model_name)
@@ -90,7 +95,7 @@ def build_agent(
     agent_tools = (
         list(tools)
         if tools is not None
-        else select_tools(settings, kind=kind, model=resolved.entry)
+        else select_tools(settings, kind=kind, model=resolved.entry, subagent_type=subagent_type)
     )
     agent_tools = [for_clarification_mode(t, settings.clarification.mode) for t in agent_tools]
     # Deferred tools (27-29): the lead and subagents alike get tool_search over

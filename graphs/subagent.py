@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
 from deerflow_extension_api.host import aload_extensions
@@ -21,16 +20,9 @@ from graphs._build import build_agent
 from runtime.config import ConfigError, Settings, aget_settings
 from runtime.run_options import merged_run_config
 from runtime.skills import aget_skill_registry
-from subagents.types import (
-    DEFAULT_SUBAGENT_TYPE,
-    SubagentType,
-    resolve_type_tools,
-    subagent_types,
-    type_takes_mcp_tools,
-)
-from tools.mcp import discover_mcp_tools, get_mcp_manager
-from tools.selection import MCP_GROUP, reserved_tool_names
-from tools.task import TOOL_CATALOG
+from subagents.types import DEFAULT_SUBAGENT_TYPE, SubagentType, subagent_types
+from tools.mcp import discover_mcp_tools
+from tools.selection import reserved_tool_names
 
 __all__ = ["build_subagent", "make_subagent", "recursion_limit_for", "subagent_type_of"]
 
@@ -72,19 +64,6 @@ def recursion_limit_for(graph: Any, max_turns: int) -> int:
     return once_before + per_turn * max(1, max_turns) + max(0, once_after - 1)
 
 
-def _mcp_tools(settings: Settings, subagent_type: SubagentType) -> list[BaseTool]:
-    """The MCP servers' tools for this type (already discovered by the graph factory),
-    unless ``tool_groups.subagent`` leaves the ``mcp`` group out. With
-    ``tool_search.enabled`` they are deferred in the subagent as in the lead."""
-    manager = get_mcp_manager(settings)
-    groups = settings.tool_groups.for_kind("subagent")
-    if manager is None or (groups is not None and MCP_GROUP not in groups):
-        return []
-    if not type_takes_mcp_tools(subagent_type):
-        return []
-    return manager.tools()
-
-
 def build_subagent(
     settings: Settings, config: RunnableConfig | None = None
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
@@ -92,14 +71,14 @@ def build_subagent(
     subagent_type = subagent_type_of(settings, config)
     if subagent_type.model != "inherit":
         config = _with_model(config, subagent_type.model)
-    tools = resolve_type_tools(settings, subagent_type, TOOL_CATALOG)
-    tools.extend(_mcp_tools(settings, subagent_type))
+    # The type's tools go through tools.selection like the lead's: after the
+    # model is resolved, so the vision gate sees the model the subagent runs.
     graph = build_agent(
         settings,
         config,
         kind="subagent",
         system_prompt=subagent_type.system_prompt,
-        tools=tools,
+        subagent_type=subagent_type,
     )
     max_turns = subagent_type.max_turns or settings.subagents.max_turns
     bound = graph.with_config(

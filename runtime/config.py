@@ -680,6 +680,8 @@ class ToolGroupsConfig(_Section):
 
     Capability-gated groups stay gated: ``vision`` needs a model with
     ``supports_vision``, ``sandbox`` (bash) needs a provider that allows commands.
+    A subagent's configured tools come from its type (``subagents.types``);
+    ``subagent`` decides whether subagents get the ``mcp`` group.
     """
 
     lead_agent: list[str] | None = None

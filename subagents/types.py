@@ -2,7 +2,9 @@
 
 A type fixes a subagent's system prompt, tools, model and limits. Tools are
 selected by name and group from the tool registry, so a type picks up whatever
-tools the deployment configures (and nothing the lead does not have).
+tools the deployment configures; the capability gates (vision model, search key,
+shell commands, memory tools lead-only) are applied on top by
+``tools.selection.select_tools``, the one place that builds an agent's tool list.
 """
 
 from __future__ import annotations
@@ -147,12 +149,21 @@ def type_takes_mcp_tools(subagent_type: SubagentType) -> bool:
 
 
 def resolve_type_tools(
-    settings: Settings, subagent_type: SubagentType, catalog: ToolCatalog
+    settings: Settings,
+    subagent_type: SubagentType,
+    catalog: ToolCatalog,
+    *,
+    include: Callable[[ToolConfig], bool] | None = None,
 ) -> list[BaseTool]:
-    """The tools of ``subagent_type``; an unknown name in a custom type is a ConfigError."""
+    """The configured tools of ``subagent_type``; an unknown name in a custom type is a
+    ConfigError. ``include`` narrows them further (the tools layer's capability gates:
+    ``tools.selection.select_tools`` is the caller that builds an agent's tool list)."""
     load_tools, tool_configs = catalog.load_tools, catalog.tool_configs
+    gate = include or (lambda _entry: True)
     if subagent_type.tools is None:
-        return load_tools(settings, include=lambda entry: entry.name not in _GENERAL_EXCLUDED)
+        return load_tools(
+            settings, include=lambda entry: entry.name not in _GENERAL_EXCLUDED and gate(entry)
+        )
     selectors = subagent_type.tools
     if not subagent_type.builtin:
         known_names = {entry.name for entry in tool_configs(settings)}
@@ -167,19 +178,25 @@ def resolve_type_tools(
     return load_tools(
         settings,
         include=lambda entry: (
-            entry.name not in NEVER_DELEGATED_TOOLS and _selected(entry, selectors)
+            entry.name not in NEVER_DELEGATED_TOOLS and _selected(entry, selectors) and gate(entry)
         ),
     )
 
 
-def available_subagent_types(settings: Settings, catalog: ToolCatalog) -> list[SubagentType]:
-    """The types the task tool offers: a built-in ``bash`` with no tools is left out."""
+def available_subagent_types(
+    settings: Settings,
+    catalog: ToolCatalog,
+    *,
+    include: Callable[[ToolConfig], bool] | None = None,
+) -> list[SubagentType]:
+    """The types the task tool offers: a built-in ``bash`` with no tools (after
+    ``include``, the capability gates) is left out."""
     result = []
     for entry in subagent_types(settings).values():
         if (
             entry.name == "bash"
             and entry.builtin
-            and not resolve_type_tools(settings, entry, catalog)
+            and not resolve_type_tools(settings, entry, catalog, include=include)
         ):
             continue
         result.append(entry)

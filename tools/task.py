@@ -45,16 +45,12 @@ from subagents.limits import SubagentLimits
 from subagents.results import TaskOutcome
 from subagents.types import (
     SubagentType,
-    ToolCatalog,
     available_subagent_types,
     resolve_subagent_model,
 )
-from tools.registry import load_tools, tool_configs
+from tools.selection import TOOL_CATALOG, capability_gate
 
 __all__ = ["TOOL_CATALOG", "make_task_tool", "task_tool_description"]
-
-TOOL_CATALOG = ToolCatalog(load_tools=load_tools, tool_configs=tool_configs)
-"""The configured tools, for choosing each subagent type's tools (``subagents.types``)."""
 
 
 def _sorted_or_none(names: frozenset[str] | None) -> tuple[str, ...] | None:
@@ -129,7 +125,9 @@ def make_task_tool(
     ``build_subagent`` (from the composition root) builds each in-process
     subagent's graph; ``runner`` replaces the configured runner outright.
     """
-    offered = available_subagent_types(settings, TOOL_CATALOG)
+    # A type's tools pass the same gates as in its build (the model is not known here).
+    gate = capability_gate(settings, kind="subagent", model=None)
+    offered = available_subagent_types(settings, TOOL_CATALOG, include=gate)
     by_name = {t.name: t for t in offered}
     executor = runner or make_runner(settings, build_subagent)
     slots = _RunSlots(limits.max_concurrent)

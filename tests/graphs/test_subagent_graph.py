@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 
 from graphs.subagent import build_subagent, recursion_limit_for
 from runtime.config import ConfigError, Settings, load_settings
+from runtime.recording_model import clear_recordings, recorded_calls
 from subagents.types import subagent_types, type_takes_mcp_tools
 from tests.support.delegation import delegation_config
-from tests.support.scripted import ai_text, scripted_model_entry, write_config
+from tests.support.scripted import (
+    ai_text,
+    recording_model_entry,
+    scripted_model_entry,
+    write_config,
+)
 
 
 def settings_for(tmp_path: Path) -> Settings:
@@ -95,3 +102,34 @@ def test_a_subagent_gets_tool_search_over_its_own_deferred_tools(tmp_path: Path)
     types = subagent_types(settings)
     assert type_takes_mcp_tools(types["general-purpose"]) and type_takes_mcp_tools(types["gated"])
     assert not type_takes_mcp_tools(types["bash"])
+
+
+@pytest.mark.parametrize(("vision", "search_key"), [(False, False), (True, True)])
+async def test_the_model_is_offered_only_the_gated_default_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vision: bool, search_key: bool
+) -> None:
+    """A real subagent graph with the default tools and memory in tool mode: the
+    model sees no memory tools (lead-only), view_image only on a vision model and
+    web_search only with its provider's key."""
+    if search_key:
+        monkeypatch.setenv("TAVILY_API_KEY", "tvly-test")
+    else:
+        monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+    key = f"subagent-tools-{uuid.uuid4().hex}"
+    settings = load_settings(
+        write_config(
+            tmp_path,
+            models=[recording_model_entry([ai_text("done")], key=key, supports_vision=vision)],
+            memory={"enabled": True, "mode": "tool"},
+        )
+    )
+    graph = build_subagent(settings, {"configurable": {"thread_id": "t-subagent-tools"}})
+    try:
+        await graph.ainvoke({"messages": [{"role": "user", "content": "list the files"}]})
+        (call,) = recorded_calls(key)
+    finally:
+        clear_recordings(key)
+    expected = ["bash", "ls", "glob", "grep", "read_file", "write_file", "str_replace"]
+    expected += ["web_fetch", *(["web_search"] if search_key else [])]
+    expected += ["view_image"] if vision else []
+    assert call.tools == expected

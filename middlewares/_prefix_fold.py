@@ -13,6 +13,12 @@ message) simply resumes earlier; correctness never depends on a hit.
 States must be immutable: a state is shared by every history that has the
 same prefix. Messages are treated as immutable everywhere in the chain (the
 identity caches rely on it too).
+
+Memory: a remembered history holds its messages (identity needs the objects
+alive: a freed message's id could be reused). The cache is an LRU bounded both
+in histories (``slots``) and in messages held (``max_messages``), so a finished
+run's history is dropped as soon as newer runs need the room; a run evicted
+mid-way only recomputes.
 """
 
 from __future__ import annotations
@@ -29,10 +35,19 @@ S = TypeVar("S")
 
 
 class PrefixFold(Generic[S]):
-    def __init__(self, initial: S, step: Callable[[S, Any], S], *, slots: int = 64) -> None:
+    def __init__(
+        self,
+        initial: S,
+        step: Callable[[S, Any], S],
+        *,
+        slots: int = 16,
+        max_messages: int = 4096,
+    ) -> None:
         self._initial = initial
         self._step = step
         self._slots = slots
+        self._max_messages = max_messages
+        self._held = 0
         # id(first message) -> (the history as a tuple, states[i] = state after i messages)
         self._entries: OrderedDict[int, tuple[tuple[Any, ...], list[S]]] = OrderedDict()
         self._lock = threading.Lock()
@@ -59,30 +74,34 @@ class PrefixFold(Generic[S]):
         for index in range(shared, len(messages)):
             state = step(state, messages[index])
             states.append(state)
+        if len(messages) > self._max_messages:
+            return state  # too long to remember: computed, not kept
         with self._lock:
+            previous = self._entries.pop(key, None)
+            if previous is not None:
+                self._held -= len(previous[0])
             self._entries[key] = (tuple(messages), states)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._slots:
-                self._entries.popitem(last=False)
+            self._held += len(messages)
+            while len(self._entries) > self._slots or self._held > self._max_messages:
+                _, (dropped, _) = self._entries.popitem(last=False)
+                self._held -= len(dropped)
         return state
 
 
-def prefix_count(predicate: Callable[[Any], bool], *, slots: int = 64) -> PrefixFold[int]:
+def prefix_count(predicate: Callable[[Any], bool]) -> PrefixFold[int]:
     """How many messages of a history satisfy ``predicate`` (for "is there any ..." checks)."""
 
     def step(count: int, message: Any) -> int:
         return count + 1 if predicate(message) else count
 
-    return PrefixFold(0, step, slots=slots)
+    return PrefixFold(0, step)
 
 
-def prefix_latest(
-    predicate: Callable[[Any], bool], *, slots: int = 64
-) -> PrefixFold[tuple[int, int]]:
+def prefix_latest(predicate: Callable[[Any], bool]) -> PrefixFold[tuple[int, int]]:
     """``(messages folded, index of the newest one satisfying predicate or -1)``."""
 
     def step(state: tuple[int, int], message: Any) -> tuple[int, int]:
         position, latest = state
         return position + 1, position if predicate(message) else latest
 
-    return PrefixFold((0, -1), step, slots=slots)
+    return PrefixFold((0, -1), step)

@@ -76,3 +76,23 @@ def test_the_dangling_check_stays_exact_as_a_history_grows_and_is_edited() -> No
         assert [m.content for m in fast] == [m.content for m in full]
         verdicts.append(changed)
     assert verdicts[:4] == [True, False, True, False] and verdicts[-3:] == [True, True, False]
+
+
+def test_the_cache_is_bounded_in_histories_and_messages_and_stays_correct() -> None:
+    stepped: list[Any] = []
+
+    def step(count: int, message: Any) -> int:
+        stepped.append(message)
+        return count + 1
+
+    fold = PrefixFold(0, step, slots=2, max_messages=5)
+    histories = [[HumanMessage(f"{n}-{i}") for i in range(2)] for n in range(3)]
+    for history in histories:
+        assert fold(history) == 2
+    assert len(fold._entries) == 2 and fold._held == 4  # the oldest history was dropped
+    stepped.clear()
+    assert fold(histories[0]) == 2 and len(stepped) == 2  # recomputed, still right
+    long = [HumanMessage(str(i)) for i in range(6)]
+    assert fold(long) == 6 and fold(long) == 6  # longer than the bound: never kept
+    assert all(len(seen) <= 5 for seen, _ in fold._entries.values())
+    assert fold._held == sum(len(seen) for seen, _ in fold._entries.values()) <= 5

@@ -740,7 +740,7 @@ def _wraps_class(with_model: bool, with_tool: bool) -> type[_ChainWrapsBase]:
 
 # --- create_agent's span around the chain, only while tracing ----------------
 
-_build_lock = threading.Lock()
+_build_lock = threading.RLock()  # a build nested in a build is a no-op, not a deadlock
 
 
 def _lazy_span(traced: Callable[..., Any], raw: Callable[..., Any]) -> Callable[..., Any]:
@@ -768,13 +768,9 @@ def lazy_chain_spans() -> Iterator[None]:
     (LangChain changed) the block is a no-op: slower, never different.
     """
     factory = importlib.import_module("langchain.agents.factory")
-    original = getattr(factory, "traceable", None)
-    if original is not traceable:
-        yield
-        return
 
     def chain_aware(*args: Any, **kwargs: Any) -> Any:
-        decorate = original(*args, **kwargs)
+        decorate = traceable(*args, **kwargs)
 
         def decorator(function: Callable[..., Any]) -> Any:
             traced = decorate(function)
@@ -784,7 +780,11 @@ def lazy_chain_spans() -> Iterator[None]:
 
         return decorator
 
-    with _build_lock:
+    with _build_lock:  # builds in other threads wait (a build takes milliseconds)
+        original = getattr(factory, "traceable", None)
+        if original is not traceable:  # LangChain changed, or a nested block: as is
+            yield
+            return
         setattr(factory, "traceable", chain_aware)  # noqa: B010 (a module global, on purpose)
         try:
             yield

@@ -961,7 +961,7 @@ async def test_built_with_lazy_spans_the_chain_sets_up_no_langsmith_run_while_tr
     chain = fuse_middlewares(
         [probe("A", log), probe("B", log)], state_schema=ThreadState, fold_after_model=True
     )
-    with lazy_chain_spans():
+    with lazy_chain_spans(), lazy_chain_spans():  # nested: the inner block changes nothing
         lazy = create_agent(_model(TWO_TOOL_STEPS), [echo], middleware=chain)
     assert factory.traceable is original  # restored after the build
     await lazy.ainvoke({"messages": [HumanMessage("go")]})

@@ -208,9 +208,9 @@ token_budget: {enabled: true, max_tokens_per_run: 100000000}
 # ``models`` repeats the base config's key: the later one wins (PyYAML), so the
 # same scripted model is declared vision-capable. The bench agent's own tool is
 # not deferred, so the filter runs on every call but hides nothing.
+# A configured tool marked deferred, so the deferral middlewares run without an MCP
+# server; the variant asks chain_inputs for a vision model (ViewImage joins only then).
 DEFERRED_TOOLS = """
-models:
-  - {name: scripted, use: 'runtime.scripted_model:ScriptedChatModel', supports_vision: true}
 tools:
   - {name: web_fetch, group: web, use: 'tools.web:web_fetch', deferred: true}
 tool_search: {enabled: true}
@@ -222,7 +222,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         LONG_CONVERSATION,
         {"is_plan_mode": True},
     ),
-    "deferred tools, tool search, view image": (DEFERRED_TOOLS, {}),
+    "deferred tools, tool search, view image": (DEFERRED_TOOLS, {"vision": True}),
 }
 
 
@@ -232,13 +232,19 @@ def chain_inputs(
     name: str = "bench",
     configurable: dict[str, Any] | None = None,
 ) -> ChainInputs:
-    """A lead run's chain inputs (default config plus ``extra`` YAML), data under ``data_root``."""
+    """A lead run's chain inputs (default config plus ``extra`` YAML), data under ``data_root``.
+
+    ``configurable`` is the run's; its ``vision`` entry (not a run option) marks
+    the bench model as a vision model instead.
+    """
+    configurable = dict(configurable or {})
+    vision = ", supports_vision: true" if configurable.pop("vision", False) else ""
     config_path = data_root / f"{name}-config.yaml"
     skill = data_root / "custom-skills" / "bench-skill" / "SKILL.md"
     skill.parent.mkdir(parents=True, exist_ok=True)
     skill.write_text(BENCH_SKILL, encoding="utf-8")
     config_path.write_text(
-        "models:\n  - {name: scripted, use: 'runtime.scripted_model:ScriptedChatModel'}\n"
+        f"models:\n  - {{name: scripted, use: 'runtime.scripted_model:ScriptedChatModel'{vision}}}\n"
         f"data_root: {str(data_root)!r}\n"
         f"skills: {{custom_path: {str(skill.parent.parent)!r}}}\n{extra}",
         encoding="utf-8",
@@ -247,7 +253,7 @@ def chain_inputs(
     load_extensions(settings)
     get_skill_registry(settings)  # read once, before the event loop (as the graph factory does)
     return ChainInputs.from_config(
-        settings, {"configurable": {"thread_id": "bench", **(configurable or {})}}
+        settings, {"configurable": {"thread_id": "bench", **configurable}}
     )
 
 

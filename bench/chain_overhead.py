@@ -13,6 +13,9 @@ every variant alike):
 - **full lead chain, skill active**: the same chain on a conversation that
   starts with ``/bench-skill ...``, so SkillActivation injects the skill on
   every model call and SkillToolPolicy filters and checks every call;
+- **full lead chain + optional middlewares** (``VARIANTS``): governance, memory,
+  the long-conversation set in plan mode, deferred tools with tool search and
+  view image; each row is what an issue's bound is checked against;
 - **synthetic** chains of 30 pass-through middlewares, for a comparison that does
   not move as real middlewares land: wrap hooks only, and a mix of wrap and
   ``before_model``/``after_model`` hooks.

@@ -175,3 +175,27 @@ async def test_a_provider_error_that_persists_ends_with_a_marked_fallback(
     s2 = await s.send("again")
     assert s2 is not None
     s.assert_strict()
+
+
+async def test_token_usage_is_stamped_once_per_answer_through_the_server(scenario: Any) -> None:
+    """Each answer carries the run's running total, written once by the model node."""
+    s = await scenario(
+        [
+            ai_tools(tool_call("echo", text="one")),
+            ai_tools(tool_call("echo", text="two")),
+            ai_text("Done."),
+        ],
+        all_optional=True,
+    )
+    await s.send("echo twice")
+    answers = [m for m in await s.messages() if m["type"] == "ai"]
+    assert len(answers) == 3
+    stamps = [a["response_metadata"]["run_token_usage"] for a in answers]
+    assert [stamp["calls"] for stamp in stamps] == [1, 2, 3]
+    assert [stamp["counted"] for stamp in stamps] == [a["id"] for a in answers]
+    own = [a["usage_metadata"]["total_tokens"] for a in answers]
+    assert [stamp["total_tokens"] for stamp in stamps] == [sum(own[: i + 1]) for i in range(3)]
+    state = (await s.state())["values"]
+    (run_usage,) = state["token_usage"].values()
+    assert run_usage["total_tokens"] == sum(own) and run_usage["calls"] == 3
+    s.assert_strict()

@@ -57,6 +57,9 @@ ALL_OPTIONAL: dict[str, Any] = {
     "authorization": {"enabled": True, "roles": {"member": ["*"]}, "default_role": "member"},
     "guardrails": {"enabled": True, "rules": [{"tool": "bash", "deny_pattern": "rm -rf /$"}]},
     "tool_progress": {"enabled": True},
+    # Long conversations: usage and a budget far above any scenario's spend.
+    "token_usage": {"enabled": True},
+    "token_budget": {"enabled": True, "max_tokens_per_run": 100_000_000},
 }
 
 # Tools the scenarios use beside the built-in file tools.

@@ -170,9 +170,6 @@ class LedgerEntry:
     def display_id(self) -> str:
         return f"r{self.number}"
 
-    def line(self) -> str:
-        return f"{self.display_id} {_line_tail(self.receipt)}"
-
 
 @dataclass(frozen=True)
 class RenderedLedger:

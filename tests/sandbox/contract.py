@@ -72,6 +72,17 @@ def peak_rss_growth() -> Iterator[_PeakRss]:
     result.growth_bytes = max(0, _rss_kib("VmHWM") - baseline) * 1024
 
 
+def pid_gone_script(pid_file: str, *, seconds: int) -> str:
+    """Shell that prints ``gone`` once the pid in ``pid_file`` has exited (a zombie counts),
+    polling for up to ``seconds``, else ``alive``: polled, never a fixed sleep."""
+    return (
+        f"pid=$(cat {pid_file}); for i in $(seq {seconds * 10}); do "
+        "st=$(awk '/^State:/{print $2}' /proc/$pid/status 2>/dev/null); "
+        'if [ -z "$st" ] || [ "$st" = Z ]; then echo gone; exit 0; fi; sleep 0.1; done; '
+        "echo alive"
+    )
+
+
 def _unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
@@ -178,12 +189,7 @@ class SandboxContract:
         )
         assert result.timed_out
         assert result.exit_code != 0
-        check = await sandbox.execute_command(
-            f"pid=$(cat {pid_file}); for i in $(seq 100); do "
-            "st=$(awk '/^State:/{print $2}' /proc/$pid/status 2>/dev/null); "
-            'if [ -z "$st" ] || [ "$st" = Z ]; then echo gone; exit 0; fi; sleep 0.1; done; '
-            "echo alive"
-        )
+        check = await sandbox.execute_command(pid_gone_script(pid_file, seconds=10))
         assert check.output.strip() == "gone", check.output
 
     async def test_no_process_outlives_its_command(self, sandbox: Sandbox) -> None:

@@ -27,6 +27,7 @@ from sandbox._k8s_pods import (
 )
 from sandbox.base import SandboxError, SandboxPathError
 from sandbox.kubernetes import KubernetesSandbox, KubernetesSandboxProvider
+from tests.sandbox.contract import pid_gone_script
 from tests.support.fake_kubernetes import (
     V4,
     V5,
@@ -127,12 +128,7 @@ async def test_timeout_is_enforced_inside_the_pod(env: Env) -> None:
     assert "started" in result.output
     # The whole process group was killed: the background child is gone too
     # (polled, not slept: a dying process can linger as a zombie for a moment).
-    check = await sandbox.execute_command(
-        f"pid=$(cat {WS}/bg.pid); for i in $(seq 600); do "
-        "st=$(awk '/^State:/{print $2}' /proc/$pid/status 2>/dev/null); "
-        'if [ -z "$st" ] || [ "$st" = Z ]; then echo gone; exit 0; fi; sleep 0.1; done; '
-        "echo alive"
-    )
+    check = await sandbox.execute_command(pid_gone_script(f"{WS}/bg.pid", seconds=60))
     assert check.output.strip() == "gone", check.output
 
 

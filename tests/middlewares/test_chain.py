@@ -350,6 +350,9 @@ def test_real_chains_with_every_optional_middleware_on(tmp_path: Path) -> None:
         "GuardrailMiddleware": "ToolReceiptMiddleware",  # 11, inside the receipt layer
         "ToolProgressMiddleware": "ReadBeforeWriteMiddleware",  # 14, outside error handling
         "TodoListMiddleware": "DurableContextMiddleware",
+        "TokenUsageMiddleware": "TodoListMiddleware",  # 23
+        "TokenBudgetMiddleware": "LoopDetectionMiddleware",  # 33, then its backfill
+        "CompletedSubagentUsageMiddleware": "TokenBudgetMiddleware",
         "SafetyFinishReasonMiddleware": "ModelLengthFinishReasonMiddleware",
     }
     for name, after in optional.items():
